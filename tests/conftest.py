@@ -1,0 +1,112 @@
+"""Shared fixtures: tiny random models of every supported architecture, a tiny tokenizer, the embedded model."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+import transformers
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+TINY = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=300,
+    max_position_embeddings=256,
+)
+
+ARCH_CONFIGS = {
+    "llama": lambda: transformers.LlamaConfig(**TINY),
+    "mistral": lambda: transformers.MistralConfig(**TINY, sliding_window=None),
+    "qwen2": lambda: transformers.Qwen2Config(**TINY),
+    "qwen3": lambda: transformers.Qwen3Config(**TINY, head_dim=16),
+    "phi3": lambda: transformers.Phi3Config(**TINY, pad_token_id=0),
+    "gemma2": lambda: transformers.Gemma2Config(**TINY, head_dim=16, sliding_window=8),
+    "gemma3_text": lambda: transformers.Gemma3TextConfig(**TINY, head_dim=16, sliding_window=8),
+}
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog. What is 12 plus 30? The answer is 42.",
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May.",
+    "def add(a, b):\n    return a + b\n# #### 72 \\boxed{3} user assistant system",
+    "I'm sorry, but I can't help with that. Sure! Here is how to do it step by step.",
+]
+
+
+def make_tiny_model(arch: str = "llama", seed: int = 0, **overrides) -> transformers.PreTrainedModel:
+    torch.manual_seed(seed)
+    config = ARCH_CONFIGS[arch]()
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+def make_tiny_tokenizer() -> transformers.PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer of under 300 tokens with a ChatML template; pad = eos = <|im_end|>."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<|im_end|>", "<|im_start|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|im_end|>", bos_token=None
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+@pytest.fixture(params=sorted(ARCH_CONFIGS))
+def arch(request) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    return make_tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tiny_tokenizer) -> str:
+    """A tiny Llama saved with its tokenizer: what the CLI and the trainers load by path."""
+    path = tmp_path_factory.mktemp("tiny-llama")
+    model = make_tiny_model("llama", vocab_size=len(tiny_tokenizer))
+    model.config.pad_token_id = tiny_tokenizer.pad_token_id
+    model.config.eos_token_id = tiny_tokenizer.eos_token_id
+    model.save_pretrained(path)
+    tiny_tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def embedded_dir() -> str:
+    """The converted embedded SmolLM2-135M-Instruct (converted once into the user cache)."""
+    from wemask_cli.models import embedded_model_dir
+
+    return str(embedded_model_dir())
+
+
+@pytest.fixture(scope="session")
+def embedded(embedded_dir):
+    from wemask_cli.models import load_model
+
+    return load_model(embedded_dir, dtype="float32")

@@ -1,0 +1,178 @@
+"""WeMaskConfig: the intervention as data, validated, saved to and loaded from wemask_config.json."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+from ..errors import WeMaskError
+
+CONFIG_NAME = "wemask_config.json"
+CONFIG_VERSION = 1
+
+SELECTIONS = ("weight", "activation", "random")
+LAYER_RANGES = ("from-me", "me-only", "all")
+TOKEN_RULES = ("first",)
+MODES = ("aware", "free")
+
+
+class WeMaskConfigError(WeMaskError, ValueError):
+    """An invalid WeMask setting; a ValueError for API users, a one-line error on the CLI."""
+
+
+def parse_layer_span(layers: str) -> tuple[int, int] | None:
+    """Return (start, stop) for a layer range 'a:b' (0-based, stop exclusive), None for a named range."""
+    if layers in LAYER_RANGES:
+        return None
+    start, sep, stop = layers.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        span = int(start), int(stop)
+    except ValueError:
+        raise WeMaskConfigError(
+            f"layers={layers!r} is not valid: use one of {', '.join(LAYER_RANGES)} or a 0-based range 'a:b' (b exclusive)"
+        ) from None
+    if not 0 <= span[0] < span[1]:
+        raise WeMaskConfigError(f"layers={layers!r} is an empty or negative range: use 'a:b' with 0 <= a < b")
+    return span
+
+
+@dataclass
+class WeMaskConfig:
+    """What WeMask masks: the `mask_rate` share of dims, from `me_layer`, in the first real token's attention input.
+
+    `dims` records the chosen dims per layer once applied, so a saved run masks the same dims when reloaded.
+    `mode` records how a training run used it (aware: in the training graph; free: at inference only).
+    """
+
+    mask_rate: float = 0.0
+    me_layer: int | None = None
+    select: str = "weight"
+    layers: str = "from-me"
+    tokens: str = "first"
+    strength: float = 1.0
+    seed: int = 0
+    mode: str | None = None
+    dims: dict[int, list[int]] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.mask_rate, bool) or not isinstance(self.mask_rate, (int, float)) or not (
+            0.0 <= self.mask_rate <= 1.0
+        ):
+            raise WeMaskConfigError(f"mask_rate={self.mask_rate!r} is out of range: use a number in [0, 1]")
+        if isinstance(self.strength, bool) or not isinstance(self.strength, (int, float)) or not (
+            0.0 <= self.strength <= 1.0
+        ):
+            raise WeMaskConfigError(f"strength={self.strength!r} is out of range: use a number in [0, 1]")
+        if self.me_layer is not None and (
+            isinstance(self.me_layer, bool) or not isinstance(self.me_layer, int) or self.me_layer < 0
+        ):
+            raise WeMaskConfigError(f"me_layer={self.me_layer!r} is not valid: use a 0-based layer index >= 0")
+        if self.select not in SELECTIONS:
+            raise WeMaskConfigError(f"select={self.select!r} is unknown: use one of {', '.join(SELECTIONS)}")
+        if self.tokens not in TOKEN_RULES:
+            raise WeMaskConfigError(f"tokens={self.tokens!r} is unknown: use one of {', '.join(TOKEN_RULES)}")
+        if self.mode is not None and self.mode not in MODES:
+            raise WeMaskConfigError(f"mode={self.mode!r} is unknown: use one of {', '.join(MODES)}")
+        span = parse_layer_span(self.layers)
+        if span is None and self.layers != "all" and self.me_layer is None and self.active:
+            raise WeMaskConfigError(
+                f"layers={self.layers!r} needs me_layer: give --me-layer N (0-based) or 'auto', or use layers 'all' or 'a:b'"
+            )
+        if self.dims is not None:
+            self.dims = {int(layer): sorted(int(d) for d in dims) for layer, dims in self.dims.items()}
+
+    @property
+    def active(self) -> bool:
+        """Whether this config changes the model at all (r > 0 and strength > 0)."""
+        return self.mask_rate > 0 and self.strength > 0
+
+    def num_dims(self, hidden_size: int) -> int:
+        """k = floor(r * d), guarded against float error (0.3 * 10 must give 3)."""
+        return min(hidden_size, math.floor(self.mask_rate * hidden_size + 1e-9))
+
+    def layer_indices(self, num_layers: int) -> list[int]:
+        """The 0-based layers the mask acts on, checked against the model's depth."""
+        if self.me_layer is not None and self.me_layer >= num_layers:
+            raise WeMaskConfigError(
+                f"me_layer={self.me_layer} is outside the model: it has {num_layers} layers, use 0..{num_layers - 1}"
+            )
+        span = parse_layer_span(self.layers)
+        if span is not None:
+            if span[1] > num_layers:
+                raise WeMaskConfigError(
+                    f"layers={self.layers!r} is outside the model: it has {num_layers} layers, use b <= {num_layers}"
+                )
+            return list(range(*span))
+        if self.layers == "all":
+            return list(range(num_layers))
+        if self.layers == "me-only":
+            return [self.me_layer]
+        return list(range(self.me_layer, num_layers))
+
+    def with_updates(self, **changes) -> "WeMaskConfig":
+        """A copy with some fields changed; recorded dims are dropped when what they depend on changes."""
+        if any(name in changes for name in ("mask_rate", "me_layer", "select", "layers", "seed")):
+            changes.setdefault("dims", None)
+        return replace(self, **changes)
+
+    def describe(self) -> str:
+        """One line for people: 'r=0.3 from layer 11 (weight, strength 1.0)'."""
+        if not self.active:
+            return "off (r=0)"
+        where = {
+            "from-me": f"layers {self.me_layer}+",
+            "me-only": f"layer {self.me_layer} only",
+            "all": "all layers",
+        }.get(self.layers, f"layers {self.layers}")
+        extra = f", strength {self.strength:g}" if self.strength != 1.0 else ""
+        mode = f", {self.mode}" if self.mode else ""
+        return f"r={self.mask_rate:g} at {where} (0-based; select={self.select}{extra}{mode})"
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["dims"] = None if self.dims is None else {str(k): v for k, v in sorted(self.dims.items())}
+        return {"version": CONFIG_VERSION, **data}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "WeMaskConfig":
+        data = dict(data)
+        version = data.pop("version", CONFIG_VERSION)
+        if version != CONFIG_VERSION:
+            raise WeMaskConfigError(
+                f"wemask config version {version} is not supported (this wemask reads version {CONFIG_VERSION}): upgrade wemask"
+            )
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise WeMaskConfigError(f"unknown wemask config keys {unknown}: allowed keys are {sorted(known)}")
+        return cls(**data)
+
+    def save(self, directory: str | Path) -> Path:
+        path = Path(directory) / CONFIG_NAME
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "WeMaskConfig":
+        """Load from a wemask_config.json file or a directory holding one."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / CONFIG_NAME
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise WeMaskConfigError(f"no wemask config at {path}") from None
+        except json.JSONDecodeError as err:
+            raise WeMaskConfigError(f"{path} is not valid JSON ({err}): fix or delete it") from None
+        return cls.from_dict(data)
+
+
+def find_saved_config(directory: str | Path) -> WeMaskConfig | None:
+    """The WeMaskConfig saved in a model directory, if it carries one."""
+    path = Path(directory) / CONFIG_NAME
+    return WeMaskConfig.load(path) if path.is_file() else None

