@@ -51,6 +51,15 @@ def first_token_positions(
     raise WeMaskError(f"unexpected attention mask of shape {tuple(attention_mask.shape)} in the attention layer")
 
 
+def cached_length(kwargs: dict, layer: int) -> int:
+    """How many tokens this layer's KV cache already holds (0 without a cache or for a cache that needs a sync)."""
+    cache = kwargs.get("cache", kwargs.get("past_key_values"))
+    if cache is None or not hasattr(cache, "get_seq_length"):
+        return 0
+    length = cache.get_seq_length(layer)
+    return length if isinstance(length, int) else 0
+
+
 class AttentionInputMask:
     """Forward pre-hook (with kwargs) on a layer's attention: scales the chosen dims of first tokens.
 
@@ -63,6 +72,8 @@ class AttentionInputMask:
         self.keep = keep
 
     def __call__(self, module: nn.Module, args: tuple, kwargs: dict):
+        if cached_length(kwargs, getattr(module, "layer_idx", self.layer)) > 0:
+            return None  # decoding after a cached prefix: new tokens are never first tokens
         if "hidden_states" in kwargs:
             hidden = kwargs["hidden_states"]
         else:
