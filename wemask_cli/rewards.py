@@ -9,10 +9,10 @@ import math
 import re
 import sys
 import threading
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable
 
 from wemask_cli.errors import WeMaskError
 
@@ -22,7 +22,7 @@ _HASH_RE = re.compile(r"####[ \t]*([^\n]*)")
 _PHRASE_RE = re.compile(r"(?:the\s+(?:final\s+)?answer\s+is|final\s+answer\s*(?:is)?)\s*:?[ \t]*([^\n]*)", re.I)
 _FORMAT_PHRASE_RE = re.compile(
     r"(?:^|[.!?\n])[^.!?\n]*?\b(?:the\s+(?:final\s+)?answer\s+is|final\s+answer\s*:)\s*:?\s*\$?\s*"
-    rf"(?:{_NUMBER})(?:/\d+)?\s*\$?(?:\s*[A-Za-z%]+){{0,2}}\s*\.?$",
+    rf"(?:{_NUMBER})(?:/\d+)?[ \t]*\$?(?:[ \t]*[A-Za-z%]+){{0,2}}[ \t]*\.?$",
     re.I,
 )
 _UNITS = r"%|cm|mm|km|kg|mg|ml|m|g|l|s|h|min|lb|lbs|oz|ft|in|mph|kph"
@@ -42,7 +42,7 @@ def _boxed_contents(text: str) -> list[tuple[str, int]]:
 
 
 def extract_answer(text: str) -> str | None:
-    """Final answer of a solution: last ``#### N``, last ``\\boxed{}``, "the answer is X", else the last number or fraction."""
+    """Final answer: the last ``#### N``, last ``\\boxed{}``, "the answer is X", else the last number or fraction."""
     if not text:
         return None
     hashes = [m.group(1).strip() for m in _HASH_RE.finditer(text) if m.group(1).strip()]
@@ -77,7 +77,7 @@ def _canonical_number(s: str) -> str:
 
 
 def normalize_answer(s: str) -> str:
-    """Canonical form of an answer string: no units, dollars, LaTeX decoration or trailing zeros."""
+    """Canonical form of an answer string: no whitespace, units, dollars, LaTeX decoration or trailing zeros."""
     s = (s or "").strip()
     s = re.sub(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}", r" \1", s)
     for token in ("\\left", "\\right", "\\!", "\\,", "\\;", "\\displaystyle", "^\\circ", "^{\\circ}", "\\%", "%", "$"):
@@ -93,7 +93,7 @@ def normalize_answer(s: str) -> str:
     unit = re.fullmatch(rf"(-?\d+(?:\.\d+)?(?:\s*/\s*\d+)?)(?:\s+[A-Za-z][A-Za-z .'-]*|\s*(?:{_UNITS})\.?)", s)
     if unit:
         s = unit.group(1)
-    s = re.sub(r"\s*/\s*", "/", s) if re.fullmatch(r"-?[\d.]+\s*/\s*[\d.]+", s) else s
+    s = re.sub(r"\s+", "", s)
     if "/" in s:
         num, _, den = s.partition("/")
         if re.fullmatch(r"-?\d+(?:\.\d+)?", num) and re.fullmatch(r"\d+(?:\.\d+)?", den):
@@ -129,9 +129,10 @@ def answers_match(prediction: str | None, reference: str) -> bool:
     try:
         if prediction is None or reference is None:
             return False
+        reference = str(reference)
         if "####" in reference:
             reference = extract_answer(reference) or ""
-        pred, ref = normalize_answer(str(prediction)), normalize_answer(str(reference))
+        pred, ref = normalize_answer(str(prediction)), normalize_answer(reference)
         if not pred or not ref:
             return False
         if pred == ref:
@@ -157,7 +158,8 @@ def math_reward(completions, answer=None, **kwargs) -> list[float]:
     """1.0 for each completion whose final answer matches the reference in the ``answer`` column, else 0.0."""
     if answer is None:
         raise WeMaskError(
-            "the math reward needs an 'answer' column in the dataset (GSM8K layout: question, answer ending in '#### N')"
+            "the math reward needs an 'answer' column in the dataset "
+            "(GSM8K layout: question, answer ending in '#### N')"
         )
     return [
         1.0 if answers_match(extract_answer(_completion_text(c)), str(ref)) else 0.0
@@ -220,8 +222,10 @@ def _load_object(target: str):
     if location.endswith(".py") or "/" in location or "\\" in location:
         path = Path(location).expanduser()
         if not path.is_file():
-            raise WeMaskError(f"reward file '{location}' does not exist: give the path of a .py file, e.g. my_rewards.py:my_reward")
-        module_name = "wemask_reward_" + re.sub(r"\W", "_", path.stem)
+            raise WeMaskError(
+                f"reward file '{location}' does not exist: give the path of a .py file, e.g. my_rewards.py:my_reward"
+            )
+        module_name = "wemask_reward_" + re.sub(r"\W", "_", str(path.resolve()))
         module_spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[module_name] = module
@@ -229,7 +233,9 @@ def _load_object(target: str):
             module_spec.loader.exec_module(module)
         except Exception as exc:
             del sys.modules[module_name]
-            raise WeMaskError(f"reward file '{location}' failed to load: {_one_line(exc)}; fix the error in that file") from exc
+            raise WeMaskError(
+                f"reward file '{location}' failed to load: {_one_line(exc)}; fix the error in that file"
+            ) from exc
     else:
         try:
             module = importlib.import_module(location)
@@ -239,17 +245,20 @@ def _load_object(target: str):
                 "or on PYTHONPATH, or give a file path like path/to/rewards.py:function"
             ) from exc
     if not hasattr(module, name):
-        raise WeMaskError(f"reward function '{name}' not found in '{location}': define it there or fix the name in '{target}'")
+        raise WeMaskError(
+            f"reward function '{name}' not found in '{location}': define it there or fix the name in '{target}'"
+        )
     return getattr(module, name)
 
 
 def load_reward(target: str) -> Callable:
-    """Reward function for a builtin name, ``file.py:function`` or ``module:function``, checked for TRL's signature."""
+    """The reward function for a builtin name, ``file.py:function`` or ``module:function``, checked for TRL."""
     if target in BUILTIN_REWARDS:
         return BUILTIN_REWARDS[target]
     if ":" not in target:
         raise WeMaskError(
-            f"unknown reward '{target}': use a builtin ({', '.join(BUILTIN_REWARDS)}), FILE.py:FUNCTION or MODULE:FUNCTION"
+            f"unknown reward '{target}': use a builtin ({', '.join(BUILTIN_REWARDS)}), "
+            "FILE.py:FUNCTION or MODULE:FUNCTION"
         )
     func = _load_object(target)
     if not callable(func):
@@ -257,15 +266,18 @@ def load_reward(target: str) -> Callable:
     try:
         params = inspect.signature(func).parameters.values()
     except (TypeError, ValueError):
-        raise WeMaskError(f"reward '{target}' has no readable signature: wrap it in a def f(completions, **kwargs) function")
+        raise WeMaskError(
+            f"reward '{target}' has no readable signature: wrap it in a def f(completions, **kwargs) function"
+        ) from None
     takes_completions = any(
         p.name == "completions" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params
     )
     takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params)
     if not (takes_completions and takes_kwargs):
         raise WeMaskError(
-            f"reward '{target}' has the wrong signature: it must be def {getattr(func, '__name__', 'f')}(completions, **kwargs) "
-            "(TRL passes prompts, completions, completion_ids, trainer_state and dataset columns as keywords)"
+            f"reward '{target}' has the wrong signature: it must accept `completions` and `**kwargs`, as in "
+            f"def {getattr(func, '__name__', 'f')}(completions, **kwargs) (TRL passes prompts, completions, "
+            "completion_ids, trainer_state and dataset columns as keywords)"
         )
     return func
 
