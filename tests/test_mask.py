@@ -319,3 +319,8 @@ def test_gemma_adapter_uses_pre_feedforward_norm_and_one_plus_w():
     assert llama.ffn_norm is llama.layer.post_attention_layernorm and llama.post_ffn_norm is None
     phi3 = resolve_layers(make_tiny_model("phi3"))[0]
     assert set(phi3.ffn_projections()) == {"gate_up", "down"}
+
+
+def test_inactive_config_needs_no_layer():
+    handle = apply_wemask(make_tiny_model("llama"), WeMaskConfig(mask_rate=0.0))
+    assert handle.hooked_layers == [] and handle.config.dims is None

@@ -84,6 +84,339 @@ def infer(
         err_console.print(f"Wrote {len(records)} records to {output}")
 
 
+@app.command()
+def locate(
+    model: ModelOpt = None,
+    prompts: Annotated[Optional[Path], typer.Option(help="jsonl with 'text' or 'messages', or text lines (default: data/locate_prompts.jsonl).")] = None,
+    dataset: Annotated[Optional[str], typer.Option(help="Local .jsonl/.json/.parquet/.csv file or hub dataset name instead of --prompts.")] = None,
+    text_field: Annotated[str, typer.Option(help="Column of --dataset holding the text (or messages).")] = "text",
+    num_prompts: Annotated[Optional[int], typer.Option(help="Use the first N prompts (default: all of --prompts, 32 of --dataset).")] = None,
+    max_length: Annotated[int, typer.Option(help="Truncate prompts to this many tokens.")] = 256,
+    batch_size: Annotated[int, typer.Option(help="Prompts per forward pass (memory does not grow with --num-prompts).")] = 8,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the full report (stable keys, see README).")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="Write a PNG of the per-layer curves.")] = None,
+    mask_rate: Annotated[Optional[list[str]], typer.Option("--mask-rate", "-r", metavar="R", help="Also measure with WeMask at rate R from the ME layer (repeatable or comma list).")] = None,
+    dtype: DtypeOpt = "auto",
+):
+    """Find the ME layer (0-based): where the first token's norm jumps by an order of magnitude, written by the FFN.
+
+    Prints per-layer statistics (SPEC section 2 metrics, attention sink, residual sinks) and a verdict.
+    """
+    from rich.progress import Progress
+
+    from .locate import load_prompts, run_locate
+    from .masking import parse_mask_rates
+    from .models import load_model
+    from .render import console, err_console, locate_plot, locate_table, mask_rates_table, write_json
+
+    rates = parse_mask_rates(",".join(mask_rate)) if mask_rate else []
+    if plot is not None and plot.suffix.lower() != ".png":
+        raise WeMaskError(f"--plot {plot}: the plot is a PNG, give a file name ending in .png")
+    texts = load_prompts(prompts, dataset, text_field, num_prompts)
+    with err_console.status("Loading model..."):
+        loaded = load_model(model, dtype=dtype)
+    with Progress(console=err_console, transient=True, disable=not err_console.is_terminal) as progress:
+        task = progress.add_task("Measuring layers", total=len(texts) * (1 + len(rates)))
+        report = run_locate(
+            loaded, texts, max_length=max_length, batch_size=batch_size, mask_rates=rates,
+            progress=lambda done: progress.advance(task, done),
+        )  # fmt: skip
+    console.print(locate_table(report, console.width))
+    if report["mask_rates"]:
+        console.print(mask_rates_table(report))
+    elif rates:
+        err_console.print("No ME layer found: --mask-rate was not measured.")
+    console.print(report["verdict"])
+    if json_out:
+        err_console.print(f"Wrote {write_json(report, json_out)}")
+    if plot:
+        err_console.print(f"Wrote {locate_plot(report, plot)}")
+
+
+# --- training commands (sft; dpo and grpo reuse these options and `_train`) -------------------------------------
+TRAIN_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
+TRAIN_EPILOG = (
+    "Every other option is TRL's and passes through to its config class (SFTConfig, DPOConfig, GRPOConfig), "
+    "in either spelling (--learning-rate or --learning_rate): e.g. --learning-rate 2e-5 --per-device-train-batch-size 8 "
+    "--gradient-accumulation-steps 4 --num-train-epochs 1 --max-steps 100 --max-length 1024 --packing --bf16 "
+    "--gradient-checkpointing --logging-steps 10 --save-steps 500 --report-to wandb --seed 0. "
+    "--help-trl lists them all. Precedence: defaults < --config recipe.yaml < flags. Without CUDA the defaults are "
+    "use_cpu, no bf16, no gradient checkpointing. Multi-GPU: accelerate launch -m wemask_cli sft ... or "
+    "torchrun --nproc_per_node N -m wemask_cli sft ..."
+)
+OutputDirOpt = Annotated[Optional[str], typer.Option("--output-dir", "-o", help="Where checkpoints and the trained model go.")]
+RecipeOpt = Annotated[Optional[str], typer.Option("--config", "-c", help="Recipe YAML: wemask and TRL keys (flags override it).")]
+DatasetOpt = Annotated[Optional[str], typer.Option(help="Local .jsonl/.json/.parquet/.csv file or a hub dataset name.")]
+DatasetSplitOpt = Annotated[Optional[str], typer.Option(help="Split to train on (default train; 'train[:1000]' slices).")]
+DatasetConfigOpt = Annotated[Optional[str], typer.Option(help="Hub dataset configuration name (e.g. main for gsm8k).")]
+DatasetColumnsOpt = Annotated[
+    Optional[str], typer.Option(help="Rename columns, ours=theirs: prompt=question,completion=answer.")
+]
+EvalDatasetOpt = Annotated[Optional[str], typer.Option(help="Evaluation data (same formats); eval loss goes to metrics.json.")]
+EvalSplitOpt = Annotated[Optional[str], typer.Option(help="Split of --eval-dataset (default train).")]
+TrainMaskRateOpt = Annotated[
+    Optional[str], typer.Option("--mask-rate", "-r", help="Share r in [0, 1] of dims masked (default: none, plain TRL).")
+]
+ModeOpt = Annotated[
+    Optional[str], typer.Option(help="aware: mask in every training forward and at inference | free: train plain, mask at inference.")
+]
+UsePeftOpt = Annotated[Optional[bool], typer.Option("--use-peft/--no-use-peft", help="Train LoRA adapters instead of all weights.")]
+LoraROpt = Annotated[Optional[int], typer.Option(help="LoRA rank (default 16).")]
+LoraAlphaOpt = Annotated[Optional[int], typer.Option(help="LoRA alpha (default 32).")]
+LoraDropoutOpt = Annotated[Optional[float], typer.Option(help="LoRA dropout (default 0.05).")]
+LoraTargetsOpt = Annotated[
+    Optional[str], typer.Option(help="Comma list of module names, or all-linear (default: PEFT's per-model choice).")
+]
+Load4bitOpt = Annotated[Optional[bool], typer.Option("--load-in-4bit", help="Load weights 4-bit (bitsandbytes, CUDA only; needs --use-peft).")]
+Load8bitOpt = Annotated[Optional[bool], typer.Option("--load-in-8bit", help="Load weights 8-bit (bitsandbytes, CUDA only; needs --use-peft).")]
+TrainDtypeOpt = Annotated[Optional[str], typer.Option(help="auto | float32 | bfloat16 | float16 (auto: float32 on CPU).")]
+OverwriteOpt = Annotated[Optional[bool], typer.Option("--overwrite", help="Delete an existing run in --output-dir first.")]
+ResumeOpt = Annotated[Optional[bool], typer.Option("--resume", help="Continue from the last checkpoint in --output-dir.")]
+HelpTrlOpt = Annotated[bool, typer.Option("--help-trl", help="List every TRL option this command passes through, then exit.")]
+
+
+def _train(stage_name: str, ctx: typer.Context, help_trl: bool, stage_options: dict | None = None, **options) -> None:
+    """Shared body of the training commands: build TrainOptions, run the stage, exit 130 when interrupted."""
+    import importlib
+
+    from .train.common import TrainOptions, run, trl_help
+
+    stage = importlib.import_module(f".train.{stage_name}", __package__).stage()
+    if help_trl:
+        print(trl_help(stage))
+        return
+    result = run(stage, TrainOptions(**options, stage_options=stage_options or {}), ctx.args)
+    if result.interrupted:
+        raise typer.Exit(130)
+
+
+@app.command(context_settings=TRAIN_CONTEXT, epilog=TRAIN_EPILOG)
+def sft(
+    ctx: typer.Context,
+    model: ModelOpt = None,
+    output_dir: OutputDirOpt = None,
+    config: RecipeOpt = None,
+    dataset: DatasetOpt = None,
+    dataset_split: DatasetSplitOpt = None,
+    dataset_config: DatasetConfigOpt = None,
+    dataset_columns: DatasetColumnsOpt = None,
+    eval_dataset: EvalDatasetOpt = None,
+    eval_split: EvalSplitOpt = None,
+    mask_rate: TrainMaskRateOpt = None,
+    mode: ModeOpt = None,
+    me_layer: MeLayerOpt = None,
+    select: SelectOpt = None,
+    layers: LayersOpt = None,
+    strength: StrengthOpt = None,
+    use_peft: UsePeftOpt = None,
+    lora_r: LoraROpt = None,
+    lora_alpha: LoraAlphaOpt = None,
+    lora_dropout: LoraDropoutOpt = None,
+    lora_target_modules: LoraTargetsOpt = None,
+    load_in_4bit: Load4bitOpt = None,
+    load_in_8bit: Load8bitOpt = None,
+    dtype: TrainDtypeOpt = None,
+    overwrite: OverwriteOpt = None,
+    resume: ResumeOpt = None,
+    help_trl: HelpTrlOpt = False,
+):
+    """Supervised fine-tuning with TRL's SFTTrainer and WeMask (data: messages | prompt/completion | text).
+
+    Every checkpoint and the output directory carry wemask_config.json (mode and dims) and wemask_run.json (resolved settings, versions, seed); the output also gets metrics.json. `wemask infer --model OUTPUT_DIR` applies the recorded mask. Ctrl-C saves a checkpoint; --resume continues from it.
+    """
+    options = {k: v for k, v in locals().items() if k not in ("ctx", "help_trl")}
+    _train("sft", ctx, help_trl, **options)
+
+
+RefMaskOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--ref-mask",
+        help="same (default in aware mode): the reference model computes with the policy's mask, so step-0 rewards are 0 | "
+        "none: unmasked reference. free mode is plain DPO (both unmasked).",
+    ),
+]
+
+
+@app.command(context_settings=TRAIN_CONTEXT, epilog=TRAIN_EPILOG)
+def dpo(
+    ctx: typer.Context,
+    model: ModelOpt = None,
+    output_dir: OutputDirOpt = None,
+    config: RecipeOpt = None,
+    dataset: DatasetOpt = None,
+    dataset_split: DatasetSplitOpt = None,
+    dataset_config: DatasetConfigOpt = None,
+    dataset_columns: DatasetColumnsOpt = None,
+    eval_dataset: EvalDatasetOpt = None,
+    eval_split: EvalSplitOpt = None,
+    ref_mask: RefMaskOpt = None,
+    mask_rate: TrainMaskRateOpt = None,
+    mode: ModeOpt = None,
+    me_layer: MeLayerOpt = None,
+    select: SelectOpt = None,
+    layers: LayersOpt = None,
+    strength: StrengthOpt = None,
+    use_peft: UsePeftOpt = None,
+    lora_r: LoraROpt = None,
+    lora_alpha: LoraAlphaOpt = None,
+    lora_dropout: LoraDropoutOpt = None,
+    lora_target_modules: LoraTargetsOpt = None,
+    load_in_4bit: Load4bitOpt = None,
+    load_in_8bit: Load8bitOpt = None,
+    dtype: TrainDtypeOpt = None,
+    overwrite: OverwriteOpt = None,
+    resume: ResumeOpt = None,
+    help_trl: HelpTrlOpt = False,
+):
+    """Preference tuning with TRL's DPOTrainer and WeMask (data: prompt/chosen/rejected | chosen/rejected with an implicit prompt, the HH-RLHF layout).
+
+    The reference model follows --ref-mask (see its help); full fine-tuning loads it from the model's path, LoRA uses the adapter-disabled policy. Outputs as in sft: wemask_config.json, wemask_run.json, metrics.json (with the first step's rewards). TRL's DPO options pass through: --beta, --loss-type, --max-length, --precompute-ref-log-probs, ...
+    """
+    options = {k: v for k, v in locals().items() if k not in ("ctx", "help_trl", "ref_mask")}
+    _train("dpo", ctx, help_trl, stage_options={"ref_mask": ref_mask}, **options)
+
+
+RewardOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--reward",
+        help="Reward NAME[:WEIGHT], repeatable (default math): math | format | path/to/file.py:function | "
+        "module:function, called as f(completions, **kwargs) -> list[float] with dataset columns as keywords.",
+    ),
+]
+ChatTemplateOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--chat-template/--no-chat-template",
+        help="Put plain-text prompts in a user message (default: for GSM8K-layout 'question' data when the tokenizer has a chat template).",
+    ),
+]
+
+
+@app.command(context_settings=TRAIN_CONTEXT, epilog=TRAIN_EPILOG)
+def grpo(
+    ctx: typer.Context,
+    model: ModelOpt = None,
+    output_dir: OutputDirOpt = None,
+    config: RecipeOpt = None,
+    dataset: DatasetOpt = None,
+    dataset_split: DatasetSplitOpt = None,
+    dataset_config: DatasetConfigOpt = None,
+    dataset_columns: DatasetColumnsOpt = None,
+    eval_dataset: EvalDatasetOpt = None,
+    eval_split: EvalSplitOpt = None,
+    reward: RewardOpt = None,
+    chat_template: ChatTemplateOpt = None,
+    mask_rate: TrainMaskRateOpt = None,
+    mode: ModeOpt = None,
+    me_layer: MeLayerOpt = None,
+    select: SelectOpt = None,
+    layers: LayersOpt = None,
+    strength: StrengthOpt = None,
+    use_peft: UsePeftOpt = None,
+    lora_r: LoraROpt = None,
+    lora_alpha: LoraAlphaOpt = None,
+    lora_dropout: LoraDropoutOpt = None,
+    lora_target_modules: LoraTargetsOpt = None,
+    load_in_4bit: Load4bitOpt = None,
+    load_in_8bit: Load8bitOpt = None,
+    dtype: TrainDtypeOpt = None,
+    overwrite: OverwriteOpt = None,
+    resume: ResumeOpt = None,
+    help_trl: HelpTrlOpt = False,
+):
+    """GRPO with TRL's GRPOTrainer and WeMask (data: prompt [+ answer] | GSM8K question/answer as is).
+
+    aware: rollouts are generated with the mask and the loss passes use it on the same first real token;
+    free: plain GRPO, the mask recorded for inference. --use-vllm works in free mode only (vLLM runs no
+    PyTorch hooks). Rename columns with --dataset-columns prompt=X,answer=Y. TRL's GRPO options pass through:
+    --num-generations, --max-completion-length, --temperature, --beta, --use-vllm, ...
+    """
+    options = {k: v for k, v in locals().items() if k not in ("ctx", "help_trl", "reward", "chat_template")}
+    _train("grpo", ctx, help_trl, stage_options={"reward": reward, "chat_template": chat_template}, **options)
+
+
+@app.command("eval")
+def eval_(
+    model: ModelOpt = None,
+    task: Annotated[Optional[str], typer.Option("--task", "-t", help="perplexity | choice | math | refusal.")] = None,
+    data: Annotated[
+        Optional[str], typer.Option(help="Local .jsonl/.json/.csv/.parquet/.txt file or hub dataset (default: the bundled data/eval set).")
+    ] = None,
+    split: Annotated[Optional[str], typer.Option(help="Hub split (default test); local files: train or a slice like 'train[:100]'.")] = None,
+    data_config: Annotated[Optional[str], typer.Option(help="Hub dataset configuration (e.g. main for gsm8k, all for cais/mmlu).")] = None,
+    mask_rates: Annotated[
+        Optional[str],
+        typer.Option("--mask-rates", "--mask-rate", "-r", help="Comma list of rates in [0, 1]; default: the model directory's saved wemask_config.json, else no mask."),
+    ] = None,
+    me_layer: MeLayerOpt = None,
+    select: SelectOpt = None,
+    layers: LayersOpt = None,
+    strength: StrengthOpt = None,
+    seeds: Annotated[int, typer.Option(help="Seeds per rate (math/refusal: sampled at --temperature; perplexity/choice are deterministic: 1).")] = 1,
+    limit: Annotated[Optional[int], typer.Option(help="Use the first N examples (perplexity: N windows).")] = None,
+    batch_size: Annotated[int, typer.Option(help="Sequences per forward / generate call.")] = 8,
+    max_new_tokens: Annotated[Optional[int], typer.Option(help="Generation length (default math 256, refusal 64).")] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature (default 0 = greedy; 0.7 when --seeds > 1).")] = None,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling when sampling.")] = 1.0,
+    window: Annotated[int, typer.Option(help="perplexity: tokens per window (non-overlapping).")] = 256,
+    text_field: Annotated[Optional[str], typer.Option(help="perplexity: text column (default text).")] = None,
+    question_field: Annotated[
+        Optional[str], typer.Option("--question-field", "--prompt-field", help="Question / prompt column (default question, problem, goal, ctx, prompt...).")
+    ] = None,
+    choices_field: Annotated[
+        Optional[str], typer.Option(help="choice: options column (a list or ARC's text/label dict), or a comma list of columns like sol1,sol2.")
+    ] = None,
+    answer_field: Annotated[
+        Optional[str], typer.Option(help="Answer column (choice: index, letter, label or option text; math: GSM8K '#### N' or a bare answer).")
+    ] = None,
+    prompt_template: Annotated[
+        Optional[str], typer.Option(help="choice/math prompt with a {question} placeholder (choice default: 'Question: {question}\\nAnswer:').")
+    ] = None,
+    chat_template: Annotated[
+        Optional[bool], typer.Option("--chat-template/--no-chat-template", help="Wrap prompts in the chat template (default: on for math and refusal, off for choice).")
+    ] = None,
+    lm_eval_tasks: Annotated[
+        Optional[str], typer.Option(help="Comma list of lm-evaluation-harness tasks, run through the hooked model (needs `pip install lm-eval`).")
+    ] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output directory (default runs/eval/TASK-TIME).")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Write into a non-empty --output directory.")] = False,
+    dtype: DtypeOpt = "auto",
+):
+    """Evaluate one model at several mask rates in one process: table, metrics.json, results.csv, examples.jsonl, curve.png.
+
+    The model is loaded once; the WeMask hook is applied for each rate and removed after it. Tasks: perplexity (exp mean token NLL over --window-token windows), choice (log-likelihood of each option: accuracy, and accuracy_norm per character), math (generate, then the GRPO math reward's extract_answer/answers_match: accuracy), refusal (share of completions whose first 300 characters match a refusal phrase: I'm sorry, I apologize, I can't/cannot/won't help|assist|provide..., as an AI, against my guidelines...; the list is wemask_cli.evaluate.REFUSAL_PATTERNS).
+
+    Spread: the standard error over examples, or with --seeds N (math, refusal) the std across sampled seeds. Compare runs with `wemask report DIR...`.
+    """
+    from .evaluate import EvalSettings, eval_command
+    from .masking import MaskFlags
+
+    flags = MaskFlags(mask_rates, me_layer, select, layers, strength)
+    settings = EvalSettings(
+        task=task, data=data, split=split, data_config=data_config, text_field=text_field, question_field=question_field,
+        choices_field=choices_field, answer_field=answer_field, window=window, limit=limit, batch_size=batch_size,
+        max_new_tokens=max_new_tokens, seeds=seeds, temperature=temperature, top_p=top_p, prompt_template=prompt_template,
+        chat_template=chat_template,
+    )
+    eval_command(model, settings, flags, output, overwrite, dtype, lm_eval_tasks)
+
+
+@app.command()
+def report(
+    dirs: Annotated[list[Path], typer.Argument(help="Run directories with metrics.json (their sub-directories are searched too).")],
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the merged rows as JSON.")] = None,
+    csv_out: Annotated[Optional[Path], typer.Option("--csv", help="Write the merged rows as CSV.")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="PNG path (default report.png next to the run directories).")] = None,
+    no_plot: Annotated[bool, typer.Option("--no-plot", help="Skip the PNG.")] = False,
+):
+    """Merge the metrics.json of any number of runs (eval, sft, dpo, grpo) into one table and one plot by mode and mask rate."""
+    from .report import report_command
+
+    report_command(dirs, json_out, csv_out, plot, no_plot)
+
+
 def main() -> None:
     """Entry point: user errors become one line on stderr and exit code 2, never a traceback."""
     from transformers.utils import logging as hf_logging

@@ -182,10 +182,10 @@ def apply_wemask(
     """
     remove_wemask(model)
     parts = resolve_layers(model)
-    d = parts[0].attn_scale().numel()
-    layers = config.layer_indices(len(parts))
     if not config.active:
         return WeMaskHandle(model, config.with_updates(dims=None), [])
+    d = parts[0].attn_scale().numel()
+    layers = config.layer_indices(len(parts))
     k = config.num_dims(d)
     dims = config.dims
     if dims is None:

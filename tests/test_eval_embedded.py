@@ -1,0 +1,28 @@
+"""The paper's pattern on the real embedded SmolLM2-135M-Instruct (ME layer 5) and the shipped text."""
+
+from __future__ import annotations
+
+import pytest
+
+from wemask_cli import WeMaskConfig
+from wemask_cli.evaluate import EvalSettings, load_eval_data, run_sweep
+from wemask_cli.method.mask import masked_layers
+
+pytestmark = pytest.mark.embedded
+ME = 5
+
+
+def test_perplexity_rises_at_r1_and_stays_close_up_to_r07(embedded):
+    settings = EvalSettings(task="perplexity", window=128, limit=4, batch_size=4).resolved()
+    data = load_eval_data(settings)  # the bundled data/eval/perplexity.txt
+    configs = [WeMaskConfig(mask_rate=r, me_layer=ME) for r in (0.0, 0.3, 0.7, 1.0)]
+    sweep = run_sweep(embedded, configs, data, settings)
+    assert masked_layers(embedded.model) == []
+    ppl = {r["mask_rate"]: r for r in sweep.results}
+    base = ppl[0.0]["value"]
+    assert 5 < base < 200  # a trained model on plain English prose
+    for rate in (0.3, 0.7):
+        assert abs(ppl[rate]["value"] - base) < 0.15 * base, (rate, ppl[rate]["value"], base)
+    assert ppl[1.0]["value"] > 1.2 * base
+    assert ppl[1.0]["delta"] > 3 * ppl[1.0]["delta_se"]  # clearly above r = 0, paired window by window
+    assert ppl[1.0]["value"] > max(ppl[0.3]["value"], ppl[0.7]["value"])

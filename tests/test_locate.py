@@ -1,0 +1,375 @@
+"""`wemask locate` (SPEC section 2): metrics against hand-computed values, streaming statistics, detection,
+the embedded model's ME layer, the command line and the `--me-layer auto` cache."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pytest
+import torch
+
+from conftest import make_tiny_model
+from wemask_cli.cli import main
+from wemask_cli.method import locate as method
+from wemask_cli.method.arch import resolve_layers
+from wemask_cli.method.locate import (
+    PromptStats,
+    Tokens,
+    concentration,
+    detect,
+    detect_prompt,
+    first_minus_rest,
+    first_over_rest,
+    frac_in_dims,
+    kl_to_scale,
+    largest_activation,
+    mean_pairwise_cosine,
+    rest_mean,
+    sink_hits,
+    sink_mass,
+)
+from wemask_cli.models import LoadedModel
+
+EMBEDDED_ME = 11
+LEFT = Tokens.from_mask(torch.tensor([[0, 0, 1, 1], [1, 1, 1, 0], [0, 0, 0, 1]]))
+
+
+# ---------------------------------------------------------------- metrics vs hand-computed values
+
+
+def test_first_and_rest_follow_the_attention_mask():
+    assert LEFT.first.tolist() == [2, 0, 3]
+    assert LEFT.rest.tolist() == [[False, False, False, True], [False, True, True, False], [False] * 4]
+    values = torch.tensor([[9.0, 9.0, 4.0, 2.0], [5.0, 1.0, 3.0, 9.0], [7.0, 7.0, 7.0, 6.0]])
+    assert rest_mean(values, LEFT)[:2].tolist() == [2.0, 2.0]
+    assert math.isnan(rest_mean(values, LEFT)[2])  # a 1-token prompt has no other tokens
+    assert first_over_rest(values, LEFT)[:2].tolist() == [2.0, 2.5]
+    assert first_minus_rest(values, LEFT)[:2].tolist() == [2.0, 3.0]
+
+
+def test_frac_kl_and_concentration_by_hand():
+    assert frac_in_dims(torch.tensor([3.0, 4.0, 0.0]), torch.tensor([1])).item() == pytest.approx(16 / 25)
+    ones = torch.ones(2)
+    assert kl_to_scale(torch.tensor([1.0, 1.0]), ones).item() == pytest.approx(0.0, abs=1e-7)
+    assert kl_to_scale(torch.tensor([1.0, 0.0]), ones).item() == pytest.approx(math.log(2))
+    assert kl_to_scale(torch.tensor([2.0, 0.0]), torch.tensor([1.0, 0.0])).item() == pytest.approx(0.0, abs=1e-6)
+    assert kl_to_scale(torch.tensor([0.0, 1.0]), torch.tensor([1.0, 0.0])).item() == pytest.approx(-math.log(1e-12), rel=1e-5)
+    assert concentration(torch.tensor([5.0, 0.0, 0.0, 0.0])).item() == pytest.approx(1.0)
+    assert concentration(torch.tensor([1.0, -1.0, 1.0, 1.0])).item() == pytest.approx(0.25)
+    assert concentration(torch.tensor([3.0, 4.0])).item() == pytest.approx((9 / 25) ** 2 + (16 / 25) ** 2)
+
+
+def test_sink_mass_cosine_largest_activation_and_sink_hits_by_hand():
+    weights = torch.zeros(2, 2, 4, 4)
+    weights[0, 0, 3, 2], weights[0, 1, 3, 2] = 0.6, 0.2  # row 0: first real token at 2, one query after it
+    weights[1, 0, 1, 0], weights[1, 0, 2, 0], weights[1, 1, 1, 0], weights[1, 1, 2, 0] = 0.5, 0.2, 0.3, 0.4
+    got = sink_mass(weights, Tokens(LEFT.real[:2], LEFT.first[:2]))
+    assert got.tolist() == pytest.approx([0.4, (0.5 + 0.2 + 0.3 + 0.4) / 4])
+
+    unit = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    assert mean_pairwise_cosine(unit.sum(0), 3).item() == pytest.approx(1 / 3)  # pairs: 0, 1, 0
+    assert math.isnan(mean_pairwise_cosine(unit[0], 1).item())
+
+    h = torch.zeros(1, 3, 2)
+    h[0, 0, 1] = -50.0  # a pad: ignored
+    h[0, 2, 0] = -7.0
+    value, token, dim = largest_activation(h, Tokens.from_mask(torch.tensor([[0, 1, 1]])))
+    assert (value.item(), token.item(), dim.item()) == (7.0, 1, 0)
+
+    h = torch.ones(1, 3, 50)
+    h[0, :2, 7] = 30.0  # 30 / rms(30, 1 x 49) = 6.9 >= 6 on two tokens
+    count, scale = sink_hits(h, torch.tensor([[True, True, True]]))
+    assert count[7].item() == 2 and count.sum().item() == 2
+    assert scale[7].item() == pytest.approx(2 * 30 / math.sqrt(949 / 50) + 1)
+
+
+# ---------------------------------------------------------------- detection rule on synthetic norms
+
+
+def norms(*values):
+    return torch.tensor(values, dtype=torch.float64)
+
+
+JUMPING = norms(1, 1.2, 1.5, 30, 31, 30, 29)
+OTHERS = norms(1, 1, 1, 1.1, 1.2, 1.3, 1.4)
+SHARE = norms(0.5, 0.5, 0.5, 0.97, 0.0, 0.0, 0.0)
+
+
+def test_detect_prompt_follows_the_decision():
+    assert detect_prompt(JUMPING, OTHERS, SHARE, 1.0, False) == 3
+    assert detect_prompt(JUMPING, OTHERS, norms(*[0.1] * 7), 1.0, False) is None  # not written by the FFN
+    assert detect_prompt(norms(1, 1.2, 1.5, 30, 1.6, 1.7, 1.8), OTHERS, SHARE, 1.0, False) is None  # does not persist
+    assert detect_prompt(norms(1, 1.2, 1.5, 6, 31, 30, 29), OTHERS, SHARE, 1.0, False) is None  # 20x, but over 2 layers
+    repeated_others = JUMPING * 0.98  # one token repeated: every token is massive
+    assert detect_prompt(JUMPING, repeated_others, SHARE, 1.0, False) is None
+    assert detect_prompt(JUMPING, repeated_others, SHARE, 1.0, True) == 3  # degenerate: the absolute step decides
+    late = norms(1, 1, 1, 1, 1, 1, 40)
+    assert detect_prompt(late, OTHERS, norms(*[1.0] * 7), 1.0, False) is None  # nothing after it to persist
+    assert detect_prompt(norms(40, 41, 40, 40), norms(1, 1, 1, 1), norms(*[1.0] * 4), 1.0, True) is None  # layer 0
+
+
+def stats_of(rows, degenerate=None):
+    stats = PromptStats.empty(len(rows), len(JUMPING), 4)
+    stats.values["first_norm"][:] = torch.stack([r[0] for r in rows])
+    stats.values["other_norm"][:] = OTHERS
+    stats.values["ffn_share"][:] = torch.stack([r[1] if len(r) > 1 else SHARE for r in rows])
+    stats.input_first_norm[:] = 1.0
+    stats.lengths = torch.full((len(rows),), 5)
+    stats.degenerate = torch.tensor(degenerate or [False] * len(rows))
+    return stats
+
+
+def test_detect_needs_a_majority_and_reports_earlier_rises():
+    flat = norms(1, 1, 1, 1, 1, 1, 1)
+    later = norms(1, 1.2, 1.5, 1.5, 1.6, 40, 40)
+    found = detect(stats_of([(JUMPING,), (JUMPING,), (flat,)]))
+    assert (found.me_layer, found.agree, found.total, found.per_prompt) == (3, 2, 3, [3, 3, None])
+    assert found.confidence == pytest.approx(2 / 3) and found.step == pytest.approx(20) and found.ffn_share == 0.97
+    split = detect(stats_of([(JUMPING,), (later, norms(0, 0, 0, 0, 0, 0.9, 0)), (flat,)]))
+    assert split.me_layer is None and split.per_prompt == [3, 5, None] and split.confidence == 0.0
+    rising = norms(1, 2.5, 6, 100, 100, 100, 100)  # x2.5 at layer 1 (2.5x the others), x2.4 at 2, then the jump
+    others = norms(1, 1, 1, 1, 1, 1, 1)
+    stats = stats_of([(rising,)] * 2)
+    stats.values["other_norm"][:] = others
+    found = detect(stats)
+    assert found.me_layer == 3
+    assert [r["layer"] for r in found.earlier_rises] == [1, 2]
+
+
+# ---------------------------------------------------------------- streaming statistics on tiny models
+
+PROMPTS = [[5, 17, 42, 9, 33], [11, 12, 99, 4, 8, 61, 70, 3, 2], [77], [40, 40, 40, 40], [7, 8, 9]]
+
+
+def test_batched_equals_one_by_one_and_tiny_models_have_no_me_layer(arch):
+    model = make_tiny_model(arch)
+    implementation = model.config._attn_implementation
+    alone = method.collect_stats(model, PROMPTS, batch_size=1)
+    right = method.collect_stats(model, PROMPTS, batch_size=5, padding_side="right")
+    left = method.collect_stats(model, PROMPTS, batch_size=4, padding_side="left")
+    for batched in (right, left):
+        for name, values in alone.values.items():
+            rows = [0, 1, 4] if name in ("max_token", "max_dim") else slice(None)  # a repeated token ties exactly
+            torch.testing.assert_close(batched.values[name][rows], values[rows], rtol=1e-4, atol=1e-5, equal_nan=True, msg=name)
+        torch.testing.assert_close(batched.input_first_norm, alone.input_first_norm, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(batched.unit_sum, alone.unit_sum, rtol=1e-4, atol=1e-5)
+        assert torch.equal(batched.sink_count, alone.sink_count) and batched.other_tokens == alone.other_tokens == 17
+    assert alone.degenerate.tolist() == [False, False, True, True, False]
+    assert not torch.isnan(alone.values["sink_mass"][0]).any(), "attention weights were not captured"
+    assert torch.isnan(alone.values["other_norm"][2]).all()  # the 1-token prompt
+
+    result = method.locate(model, PROMPTS)
+    assert result.detection.me_layer is None and result.detection.per_prompt == [None] * 5
+    assert len(result.layers) == 4 and result.layers[0]["layer"] == 0
+    assert model.config._attn_implementation == implementation  # restored after measuring
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()), "hooks left behind"
+
+
+def test_phi3_fused_gate_up_is_split():
+    model = make_tiny_model("phi3")
+    stats = method.collect_stats(model, PROMPTS[:2])
+    for role in ("up", "gate", "down"):
+        assert not torch.isnan(stats.values[f"delta_c_{role}"]).any(), role
+
+
+# ---------------------------------------------------------------- the embedded SmolLM2-135M-Instruct
+
+
+@pytest.mark.embedded
+def test_embedded_model_has_one_me_layer_written_by_the_ffn(embedded):
+    from wemask_cli.locate import load_prompts, run_locate
+
+    report = run_locate(embedded, load_prompts(None, None, "text", None))
+    assert report["me_layer"] == EMBEDDED_ME and report["agreement"] == "16/16" and report["confidence"] == 1.0
+    assert all(p["me_layer"] == EMBEDDED_ME for p in report["prompts"])
+    jump = report["jump"]
+    assert jump["step"] > 100 and jump["first_over_other"] > 100 and jump["ffn_share"] > 0.95
+    assert [r["layer"] for r in report["earlier_rises"]] == [1, 2]
+    assert 507 in [s["dim"] for s in report["residual_sink_dims"] if s["layers"] >= 15]
+    record = report["layers"][EMBEDDED_ME]
+    assert record["delta_kl"] < 0 and record["ffn_magnification"] > 100 and record["first_token_cosine"] > 0.99
+
+    # Independently of the recorder: at the ME layer the FFN branch writes the jump.
+    parts = resolve_layers(embedded.model)[EMBEDDED_ME]
+    seen = {}
+    handles = [
+        parts.ffn_norm.register_forward_hook(lambda _m, i, _o: seen.__setitem__("before_ffn", i[0][0, 0])),
+        parts.ffn.register_forward_hook(lambda _m, _i, o: seen.__setitem__("ffn", o[0, 0])),
+        parts.layer.register_forward_hook(lambda _m, _i, o: seen.__setitem__("out", (o[0] if isinstance(o, tuple) else o)[0, 0])),
+    ]
+    try:
+        with torch.no_grad():
+            embedded.model(**embedded.tokenizer("The cat sat on the mat.", return_tensors="pt"))
+    finally:
+        for handle in handles:
+            handle.remove()
+    out, before = seen["out"].norm(), seen["before_ffn"].norm()
+    assert out > 50 * before, "the first token is not massive after the ME layer's FFN"
+    torch.testing.assert_close(seen["before_ffn"] + seen["ffn"], seen["out"])
+
+
+@pytest.mark.embedded
+def test_embedded_degenerate_prompts_do_not_break_detection(embedded):
+    tokenizer = embedded.tokenizer
+    ids = [tokenizer("Paris is the capital of France.")["input_ids"], tokenizer("hello")["input_ids"], [504] * 6]
+    result = method.locate(embedded.model, ids)
+    assert result.stats.degenerate.tolist() == [False, True, True]
+    assert result.detection.me_layer == EMBEDDED_ME and result.detection.agree == 3
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def run_main(monkeypatch, capsys, *args):
+    monkeypatch.setattr(sys, "argv", ["wemask", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    captured = capsys.readouterr()
+    return exit_info.value.code, captured.out, captured.err
+
+
+REPORT_KEYS = {"model", "model_type", "num_layers", "layer_indexing", "me_layer", "confidence", "agreement", "jump",
+               "me_layer_metrics", "earlier_rises", "metric_peaks", "residual_sink_dims", "verdict", "settings",
+               "prompts", "layers", "mask_rates"}  # fmt: skip
+LAYER_KEYS = {"layer", "first_norm", "other_norm", "first_over_other", "step", "max_abs", "max_abs_prompt", "max_abs_token",
+              "max_abs_dim", "norm_magnification", "delta_frac", "delta_kl", "delta_c_up", "delta_c_gate", "delta_c_down",
+              "ffn_magnification", "ffn_share", "first_token_cosine", "sink_mass", "ffn_norm_weight_mean_abs",
+              "residual_sinks"}  # fmt: skip
+
+
+def check_png(path):
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 30_000
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (1540, 1100)
+
+
+def test_cli_on_a_tiny_model_reports_no_me_layer(monkeypatch, capsys, tmp_path, tiny_model_dir):
+    prompts = tmp_path / "prompts.jsonl"
+    rows = [{"text": "The quick brown fox."}, {"messages": [{"role": "user", "content": "What is 12 plus 30?"}]}, {"text": "a"}]
+    prompts.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out_json, out_png = tmp_path / "r.json", tmp_path / "p.png"
+    code, out, err = run_main(
+        monkeypatch, capsys, "locate", "--model", tiny_model_dir, "--prompts", str(prompts), "--json", str(out_json),
+        "--plot", str(out_png), "--mask-rate", "0.3", "-r", "1",
+    )  # fmt: skip
+    assert code == 0, err
+    report = json.loads(out_json.read_text())
+    assert set(report) == REPORT_KEYS and set(report["layers"][0]) == LAYER_KEYS
+    assert report["me_layer"] is None and report["layer_indexing"] == "0-based" and report["mask_rates"] == []
+    assert [p["tokens"] > 0 for p in report["prompts"]] == [True] * 3
+    assert "No ME layer found" in out and "0-based" in out and "--mask-rate was not measured" in err
+    check_png(out_png)
+
+    lines = tmp_path / "prompts.txt"
+    lines.write_text("first prompt here\n\nsecond one\n")
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"body": f"row {i} of the data"}) + "\n" for i in range(5)))
+    for source in (["--prompts", str(lines)], ["--dataset", str(data), "--text-field", "body", "--num-prompts", "2"]):
+        code, _, err = run_main(monkeypatch, capsys, "locate", "--model", tiny_model_dir, *source, "--json", str(out_json))
+        assert code == 0, err
+    assert len(json.loads(out_json.read_text())["prompts"]) == 2
+
+
+@pytest.fixture
+def gpt2_dir(tmp_path, tiny_tokenizer):
+    import transformers
+
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=len(tiny_tokenizer)))
+    model.save_pretrained(tmp_path / "gpt2")
+    tiny_tokenizer.save_pretrained(tmp_path / "gpt2")
+    return str(tmp_path / "gpt2")
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("empty", "is empty: give jsonl rows with 'text' or 'messages'"),
+        ("missing", "cannot read --prompts"),
+        ("no-field", "has no 'text' or 'messages' (found ['body'])"),
+        ("dataset-missing", "--dataset"),
+        ("dataset-field", "has no column 'text'"),
+        ("plot", "give a file name ending in .png"),
+        ("rate", "--mask-rate 2 is out of range"),
+        ("gpt2", "cannot find decoder layers"),
+    ],
+)
+def test_cli_bad_input_exits_2_with_one_line(monkeypatch, capsys, tmp_path, tiny_model_dir, gpt2_dir, case, message):
+    empty, bad, data = tmp_path / "empty.jsonl", tmp_path / "bad.jsonl", tmp_path / "d.jsonl"
+    empty.write_text("\n")
+    bad.write_text('{"body": "x"}\n')
+    data.write_text('{"body": "x"}\n')
+    args = {
+        "empty": ["--prompts", str(empty)],
+        "missing": ["--prompts", str(tmp_path / "nope.jsonl")],
+        "no-field": ["--prompts", str(bad)],
+        "dataset-missing": ["--dataset", str(tmp_path / "nope.jsonl")],
+        "dataset-field": ["--dataset", str(data)],
+        "plot": ["--plot", str(tmp_path / "p.jpg")],
+        "rate": ["--mask-rate", "2"],
+        "gpt2": ["--model", gpt2_dir, "--prompts", str(data.with_name("t.txt"))],
+    }[case]
+    data.with_name("t.txt").write_text("one prompt\n")
+    model = [] if case == "gpt2" else ["--model", tiny_model_dir]
+    code, _, err = run_main(monkeypatch, capsys, "locate", *model, *args)
+    assert code == 2
+    assert err.strip().count("\n") == 0 and err.startswith("wemask: error: ") and message in err, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.embedded
+def test_cli_on_the_embedded_model_with_mask_rates(monkeypatch, capsys, tmp_path, embedded_dir):
+    out_json, out_png = tmp_path / "r.json", tmp_path / "p.png"
+    code, out, err = run_main(
+        monkeypatch, capsys, "locate", "--model", embedded_dir, "--num-prompts", "4", "--max-length", "64", "--mask-rate", "0.3",
+        "--json", str(out_json), "--plot", str(out_png),
+    )  # fmt: skip
+    assert code == 0, err
+    report = json.loads(out_json.read_text())
+    assert report["me_layer"] == EMBEDDED_ME and report["agreement"] == "4/4"
+    assert f"Layer {EMBEDDED_ME} (0-based, of 30) is the ME layer" in " ".join(out.split())
+    (run,) = report["mask_rates"]
+    masked, plain = run["mean_sink_mass_after_me"], run["unmasked_mean_sink_mass_after_me"]
+    assert 0 < masked < plain, "WeMask should weaken the attention sink without removing it"
+    assert len(run["sink_mass"]) == 30
+    check_png(out_png)
+
+
+# ---------------------------------------------------------------- --me-layer auto through the cache
+
+
+@pytest.fixture
+def count_locates(monkeypatch, tmp_path):
+    from wemask_cli import locate_cache
+
+    monkeypatch.setattr(locate_cache, "cache_dir", lambda: tmp_path / "cache")
+    calls = []
+    real = method.locate
+    monkeypatch.setattr(method, "locate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+def test_cache_is_keyed_by_weights(count_locates, tiny_tokenizer):
+    from wemask_cli.locate_cache import cached_me_layer
+
+    loaded = LoadedModel(make_tiny_model("llama", vocab_size=len(tiny_tokenizer)), tiny_tokenizer, "tiny", None)
+    assert cached_me_layer(loaded) is None and cached_me_layer(loaded) is None
+    assert len(count_locates) == 1
+    with torch.no_grad():
+        resolve_layers(loaded.model)[2].ffn_norm.weight[0] += 0.5
+    assert cached_me_layer(loaded) is None
+    assert len(count_locates) == 2
+
+
+@pytest.mark.embedded
+def test_infer_me_layer_auto_locates_once(count_locates, monkeypatch, capsys, embedded_dir):
+    for _ in range(2):
+        code, _, err = run_main(
+            monkeypatch, capsys, "infer", "--model", embedded_dir, "-p", "Hi", "--mask-rate", "0.3", "--me-layer", "auto",
+            "--max-new-tokens", "2",
+        )  # fmt: skip
+        assert code in (0, None), err
+        assert f"ME layer (auto): {EMBEDDED_ME} (0-based)" in err
+    assert len(count_locates) == 1

@@ -1,0 +1,112 @@
+"""`wemask report`: merge eval and training metrics.json files into one table, JSON/CSV rows and one plot."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from wemask_cli.cli import main
+from wemask_cli.report import gather
+
+PPL_TEXT = Path(__file__).resolve().parent.parent / "data" / "eval" / "perplexity.txt"
+
+
+def run_main(monkeypatch, capsys, *args):
+    monkeypatch.setattr(sys, "argv", ["wemask", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exit_info:
+        code = exit_info.code or 0
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def training_metrics(rate: float, mode: str | None, loss: float) -> dict:
+    """The flat layout train/common.py writes (write_metrics)."""
+    return {
+        "stage": "sft", "status": "finished", "mode": mode, "mask_rate": rate, "me_layer": 1, "select": "weight",
+        "layers": "from-me", "strength": 1.0, "model": "tiny", "dataset": "data/sft_chat.jsonl", "peft": False, "seed": 0,
+        "world_size": 1, "global_step": 4, "epoch": 1.0, "train_loss": loss, "final_loss": loss - 0.1, "eval_loss": None,
+        "runtime_s": 3.2, "train_samples_per_second": 9.0, "train_steps_per_second": 1.2,
+        "loss_history": [[1, loss + 0.2], [4, loss - 0.1]],
+    }
+
+
+@pytest.fixture
+def three_runs(monkeypatch, capsys, tiny_model_dir, tmp_path):
+    runs = tmp_path / "runs"
+    for name, rates in (("eval-a", "0,1"), ("eval-b", "0,0.5,1")):
+        code, _, err = run_main(
+            monkeypatch, capsys, "eval", "--model", tiny_model_dir, "--task", "perplexity", "--data", str(PPL_TEXT),
+            "--window", "16", "--limit", "2", "--mask-rates", rates, "--me-layer", "1", "--output", str(runs / name),
+        )
+        assert code == 0, err
+    trained = runs / "r0.3"
+    trained.mkdir()
+    (trained / "metrics.json").write_text(json.dumps(training_metrics(0.3, "aware", 2.5)))
+    (trained / "checkpoint-4").mkdir()  # sub-directories without metrics.json are ignored
+    return runs
+
+
+def test_report_merges_three_runs(monkeypatch, capsys, three_runs, tmp_path):
+    runs = three_runs
+    out_json, out_csv = tmp_path / "merged.json", tmp_path / "merged.csv"
+    code, stdout, err = run_main(
+        monkeypatch, capsys, "report", str(runs / "eval-a"), str(runs / "eval-b"), str(runs / "r0.3"),
+        "--json", str(out_json), "--csv", str(out_csv),
+    )
+    assert code == 0, err
+    for name in ("eval-a", "eval-b", "r0.3", "perplexity", "train_loss", "aware", "free", "3 run(s)"):
+        assert name in stdout, name
+    rows = json.loads(out_json.read_text())
+    assert {r["run"].rsplit("/", 1)[-1] for r in rows} == {"eval-a", "eval-b", "r0.3"}
+    ppl = [r for r in rows if r["metric"] == "perplexity"]
+    assert sorted((Path(r["run"]).name, r["mask_rate"]) for r in ppl) == [
+        ("eval-a", 0.0), ("eval-a", 1.0), ("eval-b", 0.0), ("eval-b", 0.5), ("eval-b", 1.0)
+    ]
+    assert all(r["stage"] == "eval" and r["mode"] == "free" and r["task"] == "perplexity" for r in ppl)
+    trained = {r["metric"]: r for r in rows if r["stage"] == "sft"}
+    assert trained["train_loss"]["value"] == 2.5 and trained["train_loss"]["mask_rate"] == 0.3
+    assert trained["train_loss"]["mode"] == "aware"
+    assert set(trained) == {"train_loss", "final_loss"}  # bookkeeping numbers and None values are not metrics
+    assert len(list(csv.DictReader(out_csv.open()))) == len(rows)
+    assert (runs / "report.png").read_bytes()[:4] == b"\x89PNG"  # next to the run directories
+
+
+def test_report_finds_eval_outputs_inside_run_directories_and_averages_seeds(tmp_path):
+    run = tmp_path / "r0.7"
+    (run / "eval").mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps(training_metrics(0.7, "free", 1.9)))
+    results = [
+        {"mask_rate": 0.7, "mode": "free", "seed": s, "metric": "accuracy", "value": v, "se": 0.1, "n": 10}
+        for s, v in enumerate([0.4, 0.6])
+    ]
+    (run / "eval" / "metrics.json").write_text(json.dumps({"stage": "eval", "task": "math", "results": results}))
+    rows = gather([run])
+    acc = next(r for r in rows if r["metric"] == "math/accuracy")
+    assert acc["value"] == pytest.approx(0.5) and acc["seeds"] == 2 and acc["std"] == pytest.approx(0.1414, abs=1e-3)
+    assert acc["run"] == str(run / "eval")
+
+
+def test_report_errors_are_one_line(monkeypatch, capsys, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = run_main(monkeypatch, capsys, "report", str(empty))
+    assert code == 2 and err.count("\n") == 1 and "has no metrics.json" in err and "Traceback" not in err
+    code, _, err = run_main(monkeypatch, capsys, "report", str(tmp_path / "missing"))
+    assert code == 2 and "no such directory" in err
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "metrics.json").write_text("{oops")
+    code, _, err = run_main(monkeypatch, capsys, "report", str(bad))
+    assert code == 2 and "cannot be read as JSON" in err
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "metrics.json").write_text(json.dumps({"accuracy": 0.5}))
+    code, _, err = run_main(monkeypatch, capsys, "report", str(other))
+    assert code == 2 and "has no 'stage' or 'mask_rate'" in err

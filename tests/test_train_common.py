@@ -1,0 +1,264 @@
+"""The shared training path without training: data formats and errors, config precedence, output-dir safety, the
+one-line error contract of the training commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from wemask_cli.cli import main
+from wemask_cli.data import detect_format, load_training_data
+from wemask_cli.errors import WeMaskError
+from wemask_cli.train.common import TrainOptions, prepare_output_dir, resolve
+from wemask_cli.train.sft import stage as sft_stage
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ROOT / "recipes"
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
+    return path
+
+
+def run_main(monkeypatch, capsys, *args):
+    monkeypatch.setattr(sys, "argv", ["wemask", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    captured = capsys.readouterr()
+    return exit_info.value.code, captured.out, captured.err
+
+
+# --- data ---------------------------------------------------------------------------------------------------------
+
+
+def test_sft_formats_are_detected_and_extra_columns_dropped(tmp_path):
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    cases = {
+        "messages": [{"messages": chat, "id": 1}],
+        "prompt-completion": [{"prompt": "2+2?", "completion": "4", "source": "x"}],
+        "text": [{"text": "plain text"}],
+    }
+    for name, rows in cases.items():
+        dataset, fmt = load_training_data("sft", str(write_jsonl(tmp_path / f"{name}.jsonl", rows)))
+        assert fmt.name == name
+        assert dataset.column_names == list(fmt.columns)
+    conversational = [{"prompt": chat[:1], "completion": chat[1:]}]
+    dataset, fmt = load_training_data("sft", str(write_jsonl(tmp_path / "conv.jsonl", conversational)))
+    assert fmt.name == "prompt-completion" and dataset[0]["prompt"][0]["role"] == "user"
+
+
+def test_other_stages_formats():
+    assert detect_format("dpo", ["prompt", "chosen", "rejected"], "x").name == "prompt-chosen-rejected"
+    assert detect_format("dpo", ["chosen", "rejected"], "x").name.startswith("chosen-rejected")
+    assert detect_format("grpo", ["prompt", "answer"], "x").keep_other_columns
+
+
+def test_bundled_data_loads():
+    for name, fmt in (("sft_chat.jsonl", "messages"), ("math_sft.jsonl", "prompt-completion")):
+        dataset, found = load_training_data("sft", str(ROOT / "data" / name))
+        assert found.name == fmt and len(dataset) > 10
+
+
+def test_columns_renames_splits_and_file_types(tmp_path):
+    rows = [{"question": f"q{i}", "answer": f"a{i}"} for i in range(10)]
+    path = write_jsonl(tmp_path / "gsm.jsonl", rows)
+    dataset, fmt = load_training_data("sft", str(path), columns="prompt=question,completion=answer", split="train[2:5]")
+    assert fmt.name == "prompt-completion" and dataset["prompt"] == ["q2", "q3", "q4"]
+    (tmp_path / "list.json").write_text(json.dumps([{"text": "a"}, {"text": "b"}]))
+    assert len(load_training_data("sft", str(tmp_path / "list.json"))[0]) == 2
+    (tmp_path / "t.csv").write_text("prompt,completion\nhi,there\n")
+    assert load_training_data("sft", str(tmp_path / "t.csv"))[1].name == "prompt-completion"
+    import datasets
+
+    datasets.Dataset.from_list([{"text": "x"}, {"text": "y"}]).to_parquet(str(tmp_path / "t.parquet"))
+    assert len(load_training_data("sft", str(tmp_path / "t.parquet"))[0]) == 2
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (['{"text": "ok"}', '{"text": "broken"'], "line 2 is not valid JSON"),
+        (['{"text": "ok"}', "", '[1, 2]'], "line 3 is a JSON list, not an object"),
+        (['{"question": "q", "answer": "a"}'], "has columns ['answer', 'question'], which match no sft format: accepted are messages (messages); prompt-completion (prompt, completion); text (text)"),
+        ([], "holds no rows"),
+        (['{"prompt": "p", "completion": "c"}', '{"prompt": "p2"}'], "line 2 has no 'completion'"),
+        (['{"messages": [1, 2]}'], "'messages' is a list but not a conversation"),
+    ],
+)
+def test_bad_data_errors(tmp_path, content, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(content) + ("\n" if content else ""))
+    with pytest.raises(WeMaskError, match=None) as info:
+        load_training_data("sft", str(path))
+    assert message in str(info.value)
+
+
+def test_missing_file_unknown_type_and_local_split(tmp_path):
+    with pytest.raises(WeMaskError, match="no such file"):
+        load_training_data("sft", str(tmp_path / "nope.jsonl"))
+    (tmp_path / "x.txt").write_text("hello")
+    with pytest.raises(WeMaskError, match="unsupported file type '.txt'"):
+        load_training_data("sft", str(tmp_path / "x.txt"))
+    path = write_jsonl(tmp_path / "a.jsonl", [{"text": "a"}])
+    with pytest.raises(WeMaskError, match="single split 'train'"):
+        load_training_data("sft", str(path), split="test")
+    with pytest.raises(WeMaskError, match="does not have"):
+        load_training_data("sft", str(path), columns="prompt=question")
+
+
+# --- configuration --------------------------------------------------------------------------------------------------
+
+
+def test_precedence_defaults_recipe_flags_and_both_spellings(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "dataset: d.jsonl\nmask_rate: 0.5\nme-layer: 2\nmode: free\noutput_dir: from-recipe\n"
+        "learning_rate: 2e-5\nmax_steps: 7\nper_device_train_batch_size: 3\nlogging_steps: 5\n"
+    )
+    options = TrainOptions(config=str(recipe), mask_rate="0.3", output_dir=str(tmp_path / "out"))
+    opts, args, provenance = resolve(sft_stage(), options, ["--learning-rate", "1e-3", "--logging_steps", "2", "--packing"])
+    assert opts["mask_rate"] == "0.3" and provenance["wemask"]["mask_rate"] == "flag"  # flag beats recipe
+    assert opts["me_layer"] == 2 and opts["mode"] == "free" and provenance["wemask"]["mode"] == "recipe"
+    assert opts["select"] is None and provenance["wemask"]["select"] == "default"
+    assert args.learning_rate == 1e-3 and provenance["trl"]["learning_rate"] == "flag"
+    assert args.logging_steps == 2 and args.packing is True
+    assert args.max_steps == 7 and args.per_device_train_batch_size == 3  # recipe (2e-5 read as a string by YAML)
+    assert args.output_dir == str(tmp_path / "out")
+    _, args, _ = resolve(sft_stage(), TrainOptions(config=str(recipe)), [])
+    assert args.learning_rate == 2e-5 and args.output_dir == "from-recipe"
+
+
+def test_cpu_defaults_and_gradient_checkpointing_on_request(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CPU defaults")
+    options = TrainOptions(output_dir=str(tmp_path / "o"))
+    _, args, _ = resolve(sft_stage(), options, [])
+    assert args.use_cpu and not args.bf16 and not args.gradient_checkpointing
+    _, args, _ = resolve(sft_stage(), options, ["--gradient-checkpointing"])
+    assert args.gradient_checkpointing
+
+
+def test_every_recipe_resolves():
+    recipes = sorted(RECIPES.glob("*.yaml"))
+    assert {p.name for p in recipes} >= {
+        "sft-tiny-cpu.yaml", "sft-instruction-qwen3-4b.yaml", "sft-math-qwen3-4b.yaml", "sft-safety-qwen3-4b.yaml"
+    }
+    for recipe in recipes:
+        if not recipe.name.startswith("sft-"):
+            continue
+        opts, args, _ = resolve(sft_stage(), TrainOptions(config=str(recipe), output_dir="x"), [])
+        assert opts["dataset"], recipe
+    opts, args, _ = resolve(sft_stage(), TrainOptions(config=str(RECIPES / "sft-instruction-qwen3-4b.yaml")), [])
+    assert (args.learning_rate, args.max_length, args.per_device_train_batch_size * args.gradient_accumulation_steps * 8) == (2e-5, 4096, 256)
+    assert opts["mask_rate"] == 0.1 and opts["me_layer"] == 7
+    opts, _, _ = resolve(sft_stage(), TrainOptions(config=str(RECIPES / "sft-tiny-cpu.yaml"), output_dir="x"), [])
+    assert Path(opts["dataset"]).is_file()  # relative to the repository, found from any directory
+    for name in ("ddp", "zero2", "zero3", "fsdp"):
+        import yaml
+
+        assert yaml.safe_load((RECIPES / "accelerate" / f"{name}.yaml").read_text())["distributed_type"]
+
+
+def test_resolve_errors(tmp_path):
+    stage = sft_stage()
+    with pytest.raises(WeMaskError, match=r"unknown option\(s\) --no-such-flag: not a wemask flag nor a field of TRL's SFTConfig"):
+        resolve(stage, TrainOptions(output_dir="o"), ["--no-such-flag", "3"])
+    with pytest.raises(WeMaskError, match=r"use hyphens: --mask-rate"):
+        resolve(stage, TrainOptions(output_dir="o"), ["--mask_rate", "0.3"])
+    with pytest.raises(WeMaskError, match="give --output-dir"):
+        resolve(stage, TrainOptions(), [])
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text("learning_rat: 1\n")
+    with pytest.raises(WeMaskError, match=r"unknown key\(s\) \['learning_rat'\]"):
+        resolve(stage, TrainOptions(config=str(recipe), output_dir="o"), [])
+    with pytest.raises(WeMaskError, match="invalid choice"):
+        resolve(stage, TrainOptions(output_dir="o"), ["--lr-scheduler-type", "nope"])
+
+
+# --- output directory -----------------------------------------------------------------------------------------------
+
+
+class Args:
+    process_index, world_size = 0, 1
+
+
+def test_output_dir_safety(tmp_path):
+    out = tmp_path / "run"
+    assert prepare_output_dir(out, False, False, Args) is None and out.is_dir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(WeMaskError, match="is not empty .*pass --resume .* --overwrite"):
+        prepare_output_dir(out, False, False, Args)
+    with pytest.raises(WeMaskError, match="does not look like a training run"):
+        prepare_output_dir(out, True, False, Args)
+    with pytest.raises(WeMaskError, match="no complete checkpoint-N"):
+        prepare_output_dir(out, False, True, Args)
+    (out / "checkpoint-3").mkdir()
+    (out / "checkpoint-3" / "trainer_state.json").write_text("{}")
+    (out / "checkpoint-5").mkdir()  # interrupted while saving: no trainer_state.json
+    assert prepare_output_dir(out, False, True, Args) == str(out / "checkpoint-3")
+    (out / "metrics.json").write_text("{}")
+    with pytest.raises(WeMaskError, match="holds a finished run"):
+        prepare_output_dir(out, False, True, Args)
+    prepare_output_dir(out, True, False, Args)
+    assert out.is_dir() and not any(out.iterdir())
+
+
+# --- one line, exit 2 -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--bogus-option", "1"], "unknown option(s) --bogus-option"),
+        (["--mode", "sometimes"], "--mode 'sometimes' is not valid"),
+        (["--mask-rate", "0.1,0.3", "--me-layer", "1"], "trains one mask rate at a time"),
+        (["--mask-rate", "0.3"], "--mask-rate needs --me-layer"),
+        (["--load-in-4bit"], "cannot be fully fine-tuned: add --use-peft"),
+        pytest.param(["--load-in-8bit", "--use-peft"], "--load-in-8bit needs a CUDA GPU", marks=pytest.mark.skipif(
+            __import__("torch").cuda.is_available(), reason="a GPU is here")),
+        (["--overwrite", "--resume"], "exclude each other"),
+        (["--dataset", "DATA_BAD"], "line 2 is not valid JSON"),
+        (["--dataset", "DATA_EMPTY"], "holds no rows"),
+        (["--dataset", "DATA_COLS"], "match no sft format"),
+    ],
+)
+def test_cli_errors_are_one_line_exit_2(monkeypatch, capsys, tmp_path, tiny_model_dir, args, message):
+    data = {
+        "DATA_BAD": write_jsonl(tmp_path / "bad.jsonl", ['{"text": "a"}', "{oops"]),
+        "DATA_EMPTY": write_jsonl(tmp_path / "empty.jsonl", []),
+        "DATA_COLS": write_jsonl(tmp_path / "cols.jsonl", [{"input": "a", "output": "b"}]),
+    }
+    args = [str(data.get(a, a)) for a in args]
+    if "--dataset" not in args:
+        args += ["--dataset", str(ROOT / "data" / "sft_chat.jsonl")]
+    code, out, err = run_main(monkeypatch, capsys, "sft", "--model", tiny_model_dir, "-o", str(tmp_path / "o"), *args)
+    assert code == 2, err
+    assert err.startswith("wemask: error: ") and err.count("\n") == 1 and message in err, err
+    assert "Traceback" not in err
+
+
+def test_cli_refuses_non_empty_output_dir(monkeypatch, capsys, tmp_path, tiny_model_dir):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    code, _, err = run_main(
+        monkeypatch, capsys, "sft", "--model", tiny_model_dir, "-o", str(out), "--dataset", str(ROOT / "data" / "sft_chat.jsonl")
+    )
+    assert code == 2 and "is not empty" in err and (out / "keep.txt").read_text() == "x"
+
+
+def test_sft_help_lists_wemask_flags_and_explains_pass_through(monkeypatch, capsys):
+    code, out, _ = run_main(monkeypatch, capsys, "sft", "--help")
+    text = " ".join(out.split())
+    assert code == 0
+    for flag in ("--mask-rate", "--mode", "--me-layer", "--use-peft", "--lora-r", "--load-in-4bit", "--resume", "--overwrite", "--config"):
+        assert flag in text
+    assert "passes through" in text and "--learning_rate" in text and "accelerate launch" in text
+    code, out, _ = run_main(monkeypatch, capsys, "sft", "--help-trl")
+    assert code == 0 and "--per_device_train_batch_size" in out and "--packing" in out

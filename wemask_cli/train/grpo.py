@@ -1,0 +1,244 @@
+"""`wemask grpo`: TRL's GRPOTrainer through the shared training path (train/common.py).
+
+GRPO both generates and trains, so WeMask must act in both, on the same tokens:
+- aware mode: the hook sits on the model TRL trains *and* generates with (rollouts come from
+  `trainer.model`, unwrapped), and on the reference model when TRL builds one (beta > 0 without LoRA; with
+  LoRA the reference is the same model with the adapter disabled, hooks included). The hook finds the first
+  real token of each row from the attention mask it receives, so TRL's left-padded log-probability passes
+  (input ids + 2D mask, no position ids) mask the same token that generation masked (tests/test_grpo.py).
+- free mode: plain GRPO; the mask is only recorded for inference.
+- vLLM (`--use-vllm`) generates outside PyTorch, where the hook cannot run: refused in aware mode.
+
+Data: a `prompt` column (plain text or a conversation) plus whatever the rewards read (e.g. `answer`), or the
+GSM8K layout as is (`question`, `answer` ending in `#### N`): questions become user messages when the tokenizer
+has a chat template (`--no-chat-template` keeps them plain). Other names: `--dataset-columns prompt=X,answer=Y`.
+
+Rewards: `--reward NAME[:WEIGHT]` (repeatable; recipe key `reward`): builtins `math` and `format`, or custom
+`path/to/file.py:function` / `module:function` with TRL's signature `f(completions, **kwargs) -> list[float]`.
+They are loaded and checked before any model loads; weights go to GRPOConfig.reward_weights.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import WeMaskError
+from .common import Stage, TrainContext, TrainOptions, install_on_model, run
+
+DEFAULT_REWARDS = ("math",)
+GSM8K_COLUMNS = ("question", "answer")
+
+VLLM_REFUSAL = (
+    "--use-vllm cannot train with --mode aware: vLLM generates the rollouts outside PyTorch, where the WeMask hook "
+    "does not run, so rollouts would be unmasked while the loss is masked; use --mode free (plain GRPO, mask applied "
+    "at inference) or drop --use-vllm"
+)
+CONTINUOUS_BATCHING_REFUSAL = (
+    "--use-transformers-continuous-batching cannot train with --mode aware: WeMask's first-token rule is not verified "
+    "with its paged, batched generation; drop the flag (plain generate() is used) or use --mode free"
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Options checked before anything loads
+
+
+def reward_specs(value) -> list[str]:
+    """The `reward` option (flag list, recipe string or list) as a list of specs; default: the math reward."""
+    if value is None or value == [] or value == ():
+        return list(DEFAULT_REWARDS)
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise WeMaskError(f"reward {value!r} is not valid: give names like math, format:0.5 or path/to/file.py:function")
+
+
+def chat_template_choice(value) -> bool | None:
+    """None (auto), True or False, from a flag or a recipe value (auto/on/off/true/false)."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    choices = {"auto": None, "true": True, "on": True, "yes": True, "false": False, "off": False, "no": False}
+    if text not in choices:
+        raise WeMaskError(f"chat_template {value!r} is not valid: use auto, true or false")
+    return choices[text]
+
+
+def mask_requested(opts: dict) -> bool:
+    """Whether the resolved options ask for an active mask (a rate > 0, or a model that carries one)."""
+    from ..masking import parse_mask_rates
+    from ..method.config import find_saved_config
+
+    if opts.get("strength") is not None and float(opts["strength"]) == 0.0:
+        return False
+    rates = parse_mask_rates(None if opts["mask_rate"] is None else str(opts["mask_rate"]))
+    if rates is not None:
+        return any(rate > 0 for rate in rates)
+    model_dir = Path(str(opts["model"] or "")).expanduser()
+    saved = find_saved_config(model_dir) if opts["model"] and model_dir.is_dir() else None
+    return bool(saved and saved.active)
+
+
+def recipe_relative(spec: str, recipe: str | None) -> str:
+    """A reward file given relative to a recipe: tried from the current directory, then the recipe's folders."""
+    location, sep, rest = spec.partition(".py:")
+    if not sep or not recipe:
+        return spec
+    from .common import _recipe_path
+
+    return _recipe_path(location + ".py", recipe) + ":" + rest
+
+
+def check_rewards(opts: dict, args) -> tuple[list, list[float]]:
+    """Load every reward (one clear line on a bad one) and settle the weights into args.reward_weights."""
+    from ..rewards import load_rewards, parse_reward_spec
+
+    specs = [recipe_relative(spec, opts.get("config")) for spec in reward_specs(opts.get("reward"))]
+    funcs, weights = load_rewards(specs)
+    weighted = any(len(spec.split(":")) > 1 and parse_reward_spec(spec)[1] != 1.0 for spec in specs)
+    if args.reward_weights is not None:
+        if weighted:
+            raise WeMaskError("give reward weights either in --reward NAME:WEIGHT or with --reward-weights, not both")
+        if len(args.reward_weights) != len(funcs):
+            raise WeMaskError(
+                f"--reward-weights has {len(args.reward_weights)} value(s) for {len(funcs)} reward(s) ({', '.join(specs)}): "
+                "give one weight per --reward"
+            )
+        weights = [float(w) for w in args.reward_weights]
+    args.reward_weights = weights
+    return funcs, weights
+
+
+def check(opts: dict, args, loaded_rewards: dict) -> None:
+    """Stage.check: runs after the configuration is resolved and before data or model load."""
+    opts["reward"] = reward_specs(opts.get("reward"))
+    opts["chat_template"] = chat_template_choice(opts.get("chat_template"))
+    aware_mask = opts["mode"] == "aware" and mask_requested(opts)
+    if aware_mask and args.use_vllm:
+        raise WeMaskError(VLLM_REFUSAL)
+    if aware_mask and args.use_transformers_continuous_batching:
+        raise WeMaskError(CONTINUOUS_BATCHING_REFUSAL)
+    loaded_rewards["funcs"], loaded_rewards["weights"] = check_rewards(opts, args)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data
+
+
+def prepare_dataset(dataset, tokenizer, chat_template: bool | None, rewards: list, what: str = "--dataset"):
+    """A GRPO dataset: `prompt` (plain or conversational) plus the columns rewards read.
+
+    GSM8K layout: `question` becomes `prompt` (a user message when the tokenizer has a chat template, unless
+    chat_template is False). chat_template=True also wraps plain-string `prompt`s.
+    """
+    if dataset is None:
+        return None
+    from ..data import is_conversation
+    from ..rewards import math_reward
+
+    columns = set(dataset.column_names)
+    gsm8k = "prompt" not in columns and set(GSM8K_COLUMNS) <= columns
+    if gsm8k:
+        dataset = dataset.rename_column("question", "prompt")
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    wrap = chat_template is True or (chat_template is None and gsm8k and has_template)
+    first = dataset[0]["prompt"]
+    if wrap and not is_conversation(first):
+        if not has_template:
+            raise WeMaskError(
+                "--chat-template: the tokenizer has no chat template to put the prompts in; use --no-chat-template"
+            )
+        dataset = dataset.map(
+            lambda row: {"prompt": [{"role": "user", "content": row["prompt"]}]}, keep_in_memory=True
+        )
+    if any(func is math_reward for func in rewards) and "answer" not in dataset.column_names:
+        raise WeMaskError(
+            f"the math reward needs the reference answers in an 'answer' column; {what} has {sorted(dataset.column_names)}: "
+            "name yours with --dataset-columns answer=COLUMN, or choose another --reward"
+        )
+    return dataset
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Trainer, mask, metrics
+
+
+def build_trainer(ctx: TrainContext, loaded_rewards: dict):
+    from trl import GRPOTrainer
+
+    funcs = loaded_rewards["funcs"]
+    chat = ctx.options.get("chat_template")
+    train = prepare_dataset(ctx.train_dataset, ctx.tokenizer, chat, funcs)
+    evaluation = prepare_dataset(ctx.eval_dataset, ctx.tokenizer, chat, funcs, what="--eval-dataset")
+    return GRPOTrainer(
+        model=ctx.model,
+        reward_funcs=funcs,
+        args=ctx.args,
+        train_dataset=train,
+        eval_dataset=evaluation,
+        processing_class=ctx.tokenizer,
+        peft_config=ctx.peft_config,
+        callbacks=ctx.callbacks,
+    )
+
+
+def install_mask(trainer, config, ctx: TrainContext):
+    """The default install on `trainer.model` (rollouts and loss passes both run it), plus the reference model.
+
+    In aware mode the reference policy is the starting model *with* the mask (as under LoRA, where TRL's
+    reference is the same hooked model with the adapter disabled), with the same recorded dims.
+    """
+    from ..method.mask import apply_wemask
+    from .common import _zero3_gather
+
+    config = install_on_model(trainer, config, ctx)
+    if config.mode == "aware" and config.active:
+        if getattr(trainer, "use_vllm", False):
+            raise WeMaskError(VLLM_REFUSAL)
+        ref = getattr(trainer, "ref_model", None)
+        if ref is not None:
+            ref = trainer.accelerator.unwrap_model(ref)
+            with _zero3_gather(ref):
+                apply_wemask(ref, config)
+    return config
+
+
+def extra_metrics(trainer) -> dict:
+    """Reward summaries for metrics.json: mean reward per logged step, and each reward's last mean."""
+    logs = trainer.state.log_history
+    history = [[e["step"], e["reward"]] for e in logs if "reward" in e and "step" in e and e["reward"] is not None]
+    last = next((e for e in reversed(logs) if "reward" in e), {})
+    per_reward = {
+        key[len("rewards/"):-len("/mean")]: value
+        for key, value in last.items()
+        if key.startswith("rewards/") and key.endswith("/mean")
+    }
+    step_times = [e["step_time"] for e in logs if e.get("step_time") is not None]
+    return {
+        "rewards": list(getattr(trainer, "reward_func_names", [])),
+        "reward_weights": [float(w) for w in trainer.args.reward_weights or getattr(trainer, "reward_weights", [])],
+        "final_reward": history[-1][1] if history else None,
+        "final_reward_per_function": per_reward,
+        "reward_history": history,
+        "mean_step_time_s": sum(step_times) / len(step_times) if step_times else None,
+    }
+
+
+def stage() -> Stage:
+    from trl import GRPOConfig
+
+    loaded_rewards: dict = {}  # filled by check() before the model loads, read by build_trainer()
+    return Stage(
+        name="grpo",
+        config_class=GRPOConfig,
+        build_trainer=lambda ctx: build_trainer(ctx, loaded_rewards),
+        install_mask=install_mask,
+        check=lambda opts, args: check(opts, args, loaded_rewards),
+        option_defaults={"reward": list(DEFAULT_REWARDS), "chat_template": None},
+        extra_metrics=extra_metrics,
+    )
+
+
+def grpo(options: TrainOptions, extra_args: list[str] = (), callbacks: list | None = None):
+    return run(stage(), options, extra_args, callbacks=callbacks)
