@@ -21,16 +21,19 @@ demo: install
 	$(BIN)/wemask locate --mask-rate 0.3,1.0 --json $(DEMO_OUT)/locate.json --plot $(DEMO_OUT)/locate.png
 	$(BIN)/wemask infer --prompt "What is the capital of France?" --prompt "Write a haiku about rain." \
 		--mask-rate 0,0.3,1.0 --me-layer auto --max-new-tokens 32
-	$(BIN)/wemask grpo --dataset data/math_problems.jsonl --reward math --mask-rate 0.3 --me-layer 5 --use-peft \
-		--output-dir $(DEMO_OUT)/grpo --overwrite --max-steps 1 --per-device-train-batch-size 2 --num-generations 2 \
-		--max-completion-length 16 --logging-steps 1 --report-to none
-	$(BIN)/wemask dpo --dataset data/preferences.jsonl --mask-rate 0.3 --me-layer 5 --ref-mask same --use-peft \
-		--output-dir $(DEMO_OUT)/dpo --overwrite --max-steps 2 --per-device-train-batch-size 1 --max-length 128 \
-		--logging-steps 1 --report-to none
-	$(BIN)/wemask sft --dataset data/sft_chat.jsonl --mask-rate 0.3 --me-layer 5 --use-peft \
+	$(BIN)/wemask sft --dataset data/sft_chat.jsonl --mask-rate 0.3 --me-layer auto --use-peft \
 		--output-dir $(DEMO_OUT)/sft --overwrite --max-steps 3 --per-device-train-batch-size 2 --max-length 96 \
 		--learning-rate 2e-4 --logging-steps 1 --save-strategy no
 	$(BIN)/wemask infer --model $(DEMO_OUT)/sft --prompt "What is the capital of France?" --max-new-tokens 24
+	$(BIN)/wemask dpo --dataset data/preferences.jsonl --mask-rate 0.3 --me-layer auto --ref-mask same --use-peft \
+		--output-dir $(DEMO_OUT)/dpo --overwrite --max-steps 2 --per-device-train-batch-size 1 --max-length 128 \
+		--logging-steps 1 --report-to none
+	$(BIN)/wemask grpo --dataset data/math_problems.jsonl --reward math --mask-rate 0.3 --me-layer auto --use-peft \
+		--output-dir $(DEMO_OUT)/grpo --overwrite --max-steps 1 --per-device-train-batch-size 2 --num-generations 2 \
+		--max-completion-length 16 --logging-steps 1 --report-to none
+	$(BIN)/wemask eval --task perplexity --mask-rates 0,0.3,1.0 --me-layer auto --limit 4 \
+		--output $(DEMO_OUT)/eval --overwrite
+	$(BIN)/wemask report $(DEMO_OUT)/sft $(DEMO_OUT)/dpo $(DEMO_OUT)/grpo $(DEMO_OUT)/eval
 
 test: install
 	$(BIN)/python -m pytest -q

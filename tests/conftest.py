@@ -110,3 +110,19 @@ def embedded(embedded_dir):
     from wemask_cli.models import load_model
 
     return load_model(embedded_dir, dtype="float32")
+
+
+def run_main(monkeypatch, capsys, *args) -> tuple[int, str, str]:
+    """Run `wemask ARGS` in-process through the real entry point: (exit code, stdout, stderr)."""
+    import sys
+
+    from wemask_cli.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["wemask", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exit_info:
+        code = exit_info.code or 0
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

@@ -7,18 +7,10 @@ import subprocess
 import sys
 
 import pytest
+from conftest import run_main
 
 from wemask_cli import WeMaskConfig
 from wemask_cli import models as models_module
-from wemask_cli.cli import main
-
-
-def run_main(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["wemask", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    captured = capsys.readouterr()
-    return exit_info.value.code, captured.out, captured.err
 
 
 @pytest.mark.parametrize(

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_main
 
-from wemask_cli.cli import main
 from wemask_cli.errors import WeMaskError
-from wemask_cli.method.config import CONFIG_NAME, WeMaskConfig
+from wemask_cli.method.config import WeMaskConfig
 from wemask_cli.method.mask import masked_layers
 from wemask_cli.train.common import TrainOptions, hardware_defaults, resolve
 from wemask_cli.train.dpo import PolicyOnlyMask, dpo, split_implicit_prompt, stage
@@ -43,14 +42,6 @@ def first(result) -> dict:
 
 def losses(result) -> list[float]:
     return [e["loss"] for e in result.trainer.state.log_history if "loss" in e]
-
-
-def run_main(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["wemask", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    captured = capsys.readouterr()
-    return exit_info.value.code, captured.out, captured.err
 
 
 # --- the reference policy ---------------------------------------------------------------------------------------

@@ -5,16 +5,14 @@ from __future__ import annotations
 import csv
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import make_tiny_model, run_main
 
-from conftest import make_tiny_model
 from wemask_cli import WeMaskConfig, apply_wemask
 from wemask_cli import models as models_module
-from wemask_cli.cli import main
 from wemask_cli.evaluate import (
     EvalSettings,
     continuation_pairs,
@@ -31,17 +29,6 @@ from wemask_cli.rewards import answers_match, extract_answer
 
 ROOT = Path(__file__).resolve().parent.parent
 PPL_TEXT = ROOT / "data" / "eval" / "perplexity.txt"
-
-
-def run_main(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["wemask", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exit_info:
-        code = exit_info.code or 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 
 import pytest
 import torch
+from conftest import make_tiny_model, run_main
 
-from conftest import make_tiny_model
-from wemask_cli.cli import main
 from wemask_cli.method import locate as method
 from wemask_cli.method.arch import resolve_layers
 from wemask_cli.method.locate import (
@@ -220,14 +218,6 @@ def test_embedded_degenerate_prompts_do_not_break_detection(embedded):
 
 
 # ---------------------------------------------------------------- the command line
-
-
-def run_main(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["wemask", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    captured = capsys.readouterr()
-    return exit_info.value.code, captured.out, captured.err
 
 
 REPORT_KEYS = {"model", "model_type", "num_layers", "layer_indexing", "me_layer", "confidence", "agreement", "jump",

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 import torch
-
 from conftest import make_tiny_model
+
 from wemask_cli import WeMaskConfig, apply_wemask, remove_wemask
 from wemask_cli.method.arch import resolve_layers
 from wemask_cli.method.mask import first_token_positions, masked_layers

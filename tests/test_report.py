@@ -4,26 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_main
 
-from wemask_cli.cli import main
 from wemask_cli.report import gather
 
 PPL_TEXT = Path(__file__).resolve().parent.parent / "data" / "eval" / "perplexity.txt"
-
-
-def run_main(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["wemask", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exit_info:
-        code = exit_info.code or 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def training_metrics(rate: float, mode: str | None, loss: float) -> dict:

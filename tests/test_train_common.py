@@ -4,12 +4,11 @@ one-line error contract of the training commands."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_main
 
-from wemask_cli.cli import main
 from wemask_cli.data import detect_format, load_training_data
 from wemask_cli.errors import WeMaskError
 from wemask_cli.train.common import TrainOptions, prepare_output_dir, resolve
@@ -22,14 +21,6 @@ RECIPES = ROOT / "recipes"
 def write_jsonl(path: Path, rows) -> Path:
     path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
     return path
-
-
-def run_main(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["wemask", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    captured = capsys.readouterr()
-    return exit_info.value.code, captured.out, captured.err
 
 
 # --- data ---------------------------------------------------------------------------------------------------------

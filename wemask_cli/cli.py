@@ -5,6 +5,7 @@ Every command's work lives outside this module; here are only flags, help and er
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -133,7 +134,7 @@ def locate(
         err_console.print(f"Wrote {locate_plot(report, plot)}")
 
 
-# --- training commands (sft; dpo and grpo reuse these options and `_train`) -------------------------------------
+# --- training commands: sft, dpo and grpo share these flags through `training_command` ---
 TRAIN_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
 TRAIN_EPILOG = (
     "Every other option is TRL's and passes through to its config class (SFTConfig, DPOConfig, GRPOConfig), "
@@ -175,58 +176,70 @@ ResumeOpt = Annotated[Optional[bool], typer.Option("--resume", help="Continue fr
 HelpTrlOpt = Annotated[bool, typer.Option("--help-trl", help="List every TRL option this command passes through, then exit.")]
 
 
-def _train(stage_name: str, ctx: typer.Context, help_trl: bool, stage_options: dict | None = None, **options) -> None:
-    """Shared body of the training commands: build TrainOptions, run the stage, exit 130 when interrupted."""
-    import importlib
+TRAIN_OPTIONS = {
+    "model": ModelOpt,
+    "output_dir": OutputDirOpt,
+    "config": RecipeOpt,
+    "dataset": DatasetOpt,
+    "dataset_split": DatasetSplitOpt,
+    "dataset_config": DatasetConfigOpt,
+    "dataset_columns": DatasetColumnsOpt,
+    "eval_dataset": EvalDatasetOpt,
+    "eval_split": EvalSplitOpt,
+    "mask_rate": TrainMaskRateOpt,
+    "mode": ModeOpt,
+    "me_layer": MeLayerOpt,
+    "select": SelectOpt,
+    "layers": LayersOpt,
+    "strength": StrengthOpt,
+    "use_peft": UsePeftOpt,
+    "lora_r": LoraROpt,
+    "lora_alpha": LoraAlphaOpt,
+    "lora_dropout": LoraDropoutOpt,
+    "lora_target_modules": LoraTargetsOpt,
+    "load_in_4bit": Load4bitOpt,
+    "load_in_8bit": Load8bitOpt,
+    "dtype": TrainDtypeOpt,
+    "overwrite": OverwriteOpt,
+    "resume": ResumeOpt,
+}
 
-    from .train.common import TrainOptions, run, trl_help
 
-    stage = importlib.import_module(f".train.{stage_name}", __package__).stage()
-    if help_trl:
-        print(trl_help(stage))
-        return
-    result = run(stage, TrainOptions(**options, stage_options=stage_options or {}), ctx.args)
-    if result.interrupted:
-        raise typer.Exit(130)
+def training_command(stage_name: str, doc: str, **stage_flags) -> None:
+    """Register `wemask STAGE`: the shared training flags, the stage's own flags, and TRL's passing through."""
+
+    def command(ctx: typer.Context, help_trl: bool = False, **options) -> None:
+        import importlib
+
+        from .train.common import TrainOptions, run, trl_help
+
+        stage = importlib.import_module(f".train.{stage_name}", __package__).stage()
+        if help_trl:
+            print(trl_help(stage))
+            return
+        stage_options = {name: options.pop(name) for name in stage_flags}
+        result = run(stage, TrainOptions(**options, stage_options=stage_options), ctx.args)
+        if result.interrupted:
+            raise typer.Exit(130)
+
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    flags = {**TRAIN_OPTIONS, **stage_flags}
+    command.__signature__ = inspect.Signature(
+        [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)]
+        + [inspect.Parameter(name, keyword, default=None, annotation=flag) for name, flag in flags.items()]
+        + [inspect.Parameter("help_trl", keyword, default=False, annotation=HelpTrlOpt)]
+    )
+    command.__doc__ = doc
+    app.command(stage_name, context_settings=TRAIN_CONTEXT, epilog=TRAIN_EPILOG)(command)
 
 
-@app.command(context_settings=TRAIN_CONTEXT, epilog=TRAIN_EPILOG)
-def sft(
-    ctx: typer.Context,
-    model: ModelOpt = None,
-    output_dir: OutputDirOpt = None,
-    config: RecipeOpt = None,
-    dataset: DatasetOpt = None,
-    dataset_split: DatasetSplitOpt = None,
-    dataset_config: DatasetConfigOpt = None,
-    dataset_columns: DatasetColumnsOpt = None,
-    eval_dataset: EvalDatasetOpt = None,
-    eval_split: EvalSplitOpt = None,
-    mask_rate: TrainMaskRateOpt = None,
-    mode: ModeOpt = None,
-    me_layer: MeLayerOpt = None,
-    select: SelectOpt = None,
-    layers: LayersOpt = None,
-    strength: StrengthOpt = None,
-    use_peft: UsePeftOpt = None,
-    lora_r: LoraROpt = None,
-    lora_alpha: LoraAlphaOpt = None,
-    lora_dropout: LoraDropoutOpt = None,
-    lora_target_modules: LoraTargetsOpt = None,
-    load_in_4bit: Load4bitOpt = None,
-    load_in_8bit: Load8bitOpt = None,
-    dtype: TrainDtypeOpt = None,
-    overwrite: OverwriteOpt = None,
-    resume: ResumeOpt = None,
-    help_trl: HelpTrlOpt = False,
-):
+training_command(
+    "sft",
     """Supervised fine-tuning with TRL's SFTTrainer and WeMask (data: messages | prompt/completion | text).
 
     Every checkpoint and the output directory carry wemask_config.json (mode and dims) and wemask_run.json (resolved settings, versions, seed); the output also gets metrics.json. `wemask infer --model OUTPUT_DIR` applies the recorded mask. Ctrl-C saves a checkpoint; --resume continues from it.
-    """
-    options = {k: v for k, v in locals().items() if k not in ("ctx", "help_trl")}
-    _train("sft", ctx, help_trl, **options)
-
+    """,
+)
 
 RefMaskOpt = Annotated[
     Optional[str],
@@ -238,44 +251,14 @@ RefMaskOpt = Annotated[
 ]
 
 
-@app.command(context_settings=TRAIN_CONTEXT, epilog=TRAIN_EPILOG)
-def dpo(
-    ctx: typer.Context,
-    model: ModelOpt = None,
-    output_dir: OutputDirOpt = None,
-    config: RecipeOpt = None,
-    dataset: DatasetOpt = None,
-    dataset_split: DatasetSplitOpt = None,
-    dataset_config: DatasetConfigOpt = None,
-    dataset_columns: DatasetColumnsOpt = None,
-    eval_dataset: EvalDatasetOpt = None,
-    eval_split: EvalSplitOpt = None,
-    ref_mask: RefMaskOpt = None,
-    mask_rate: TrainMaskRateOpt = None,
-    mode: ModeOpt = None,
-    me_layer: MeLayerOpt = None,
-    select: SelectOpt = None,
-    layers: LayersOpt = None,
-    strength: StrengthOpt = None,
-    use_peft: UsePeftOpt = None,
-    lora_r: LoraROpt = None,
-    lora_alpha: LoraAlphaOpt = None,
-    lora_dropout: LoraDropoutOpt = None,
-    lora_target_modules: LoraTargetsOpt = None,
-    load_in_4bit: Load4bitOpt = None,
-    load_in_8bit: Load8bitOpt = None,
-    dtype: TrainDtypeOpt = None,
-    overwrite: OverwriteOpt = None,
-    resume: ResumeOpt = None,
-    help_trl: HelpTrlOpt = False,
-):
+training_command(
+    "dpo",
     """Preference tuning with TRL's DPOTrainer and WeMask (data: prompt/chosen/rejected | chosen/rejected with an implicit prompt, the HH-RLHF layout).
 
     The reference model follows --ref-mask (see its help); full fine-tuning loads it from the model's path, LoRA uses the adapter-disabled policy. Outputs as in sft: wemask_config.json, wemask_run.json, metrics.json (with the first step's rewards). TRL's DPO options pass through: --beta, --loss-type, --max-length, --precompute-ref-log-probs, ...
-    """
-    options = {k: v for k, v in locals().items() if k not in ("ctx", "help_trl", "ref_mask")}
-    _train("dpo", ctx, help_trl, stage_options={"ref_mask": ref_mask}, **options)
-
+    """,
+    ref_mask=RefMaskOpt,
+)
 
 RewardOpt = Annotated[
     Optional[list[str]],
@@ -294,47 +277,18 @@ ChatTemplateOpt = Annotated[
 ]
 
 
-@app.command(context_settings=TRAIN_CONTEXT, epilog=TRAIN_EPILOG)
-def grpo(
-    ctx: typer.Context,
-    model: ModelOpt = None,
-    output_dir: OutputDirOpt = None,
-    config: RecipeOpt = None,
-    dataset: DatasetOpt = None,
-    dataset_split: DatasetSplitOpt = None,
-    dataset_config: DatasetConfigOpt = None,
-    dataset_columns: DatasetColumnsOpt = None,
-    eval_dataset: EvalDatasetOpt = None,
-    eval_split: EvalSplitOpt = None,
-    reward: RewardOpt = None,
-    chat_template: ChatTemplateOpt = None,
-    mask_rate: TrainMaskRateOpt = None,
-    mode: ModeOpt = None,
-    me_layer: MeLayerOpt = None,
-    select: SelectOpt = None,
-    layers: LayersOpt = None,
-    strength: StrengthOpt = None,
-    use_peft: UsePeftOpt = None,
-    lora_r: LoraROpt = None,
-    lora_alpha: LoraAlphaOpt = None,
-    lora_dropout: LoraDropoutOpt = None,
-    lora_target_modules: LoraTargetsOpt = None,
-    load_in_4bit: Load4bitOpt = None,
-    load_in_8bit: Load8bitOpt = None,
-    dtype: TrainDtypeOpt = None,
-    overwrite: OverwriteOpt = None,
-    resume: ResumeOpt = None,
-    help_trl: HelpTrlOpt = False,
-):
+training_command(
+    "grpo",
     """GRPO with TRL's GRPOTrainer and WeMask (data: prompt [+ answer] | GSM8K question/answer as is).
 
     aware: rollouts are generated with the mask and the loss passes use it on the same first real token;
     free: plain GRPO, the mask recorded for inference. --use-vllm works in free mode only (vLLM runs no
     PyTorch hooks). Rename columns with --dataset-columns prompt=X,answer=Y. TRL's GRPO options pass through:
     --num-generations, --max-completion-length, --temperature, --beta, --use-vllm, ...
-    """
-    options = {k: v for k, v in locals().items() if k not in ("ctx", "help_trl", "reward", "chat_template")}
-    _train("grpo", ctx, help_trl, stage_options={"reward": reward, "chat_template": chat_template}, **options)
+    """,
+    reward=RewardOpt,
+    chat_template=ChatTemplateOpt,
+)
 
 
 @app.command("eval")
@@ -419,9 +373,14 @@ def report(
 
 def main() -> None:
     """Entry point: user errors become one line on stderr and exit code 2, never a traceback."""
+    import logging
+    import warnings
+
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)  # its CPU-kernel notice is noise for users
+    warnings.filterwarnings("ignore", category=FutureWarning)  # libraries' deprecation notices, not the user's doing
     try:
         app()
     except WeMaskError as err:

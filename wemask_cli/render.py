@@ -300,32 +300,36 @@ def eval_curve_png(summary: list[dict], path: str | Path, title: str, seeds: int
     return path
 
 
-def report_table(rows: list[dict]) -> Table:
-    """One row per run and mask rate, one column per metric (value ± std across seeds when there are several)."""
+def report_table(rows: list[dict], stage: str) -> Table:
+    """One stage's runs: a row per run and mask rate with a column per metric, or, when there are more metrics
+    than fit side by side, a row per metric (value ± std across seeds when there are several)."""
     metrics = list(dict.fromkeys(row["metric"] for row in rows))
-    table = Table(title=f"wemask report: {len({r['run'] for r in rows})} run(s)")
-    for name in ("run", "stage", "mode", "mask rate"):
-        table.add_column(name, justify="right" if name == "mask rate" else "left", overflow="fold")
-    for metric in metrics:
-        table.add_column(metric, justify="right")
+    wide = len(metrics) <= 4
+    table = Table(title=f"wemask report: {stage}, {len({r['run'] for r in rows})} run(s)")
+    for name in ("run", "mode", "mask rate") + (tuple(metrics) if wide else ("metric", "value")):
+        table.add_column(name, justify="left" if name in ("run", "mode", "metric") else "right", overflow="fold")
     groups: dict[tuple, dict] = {}
     for row in rows:
-        groups.setdefault((row["run"], row["stage"], row["mode"], row["mask_rate"]), {})[row["metric"]] = row
-    order = sorted(groups, key=lambda k: (k[1], k[2], -1 if k[3] is None else k[3], k[0]))
+        groups.setdefault((row["run"], row["mode"], row["mask_rate"]), {})[row["metric"]] = row
+    order = sorted(groups, key=lambda k: (k[1], -1 if k[2] is None else k[2], k[0]))
     short = _short_names([key[0] for key in order])
+
+    def cell(row: dict | None) -> str:
+        if row is None:
+            return ""
+        text = format_metric(row["metric"], row["value"])
+        if row.get("seeds", 1) > 1:
+            text += f" ± {format_metric(row['metric'], row['std']).rstrip('%')} ({row['seeds']} seeds)"
+        return text
+
     for key in order:
-        cells = []
-        for metric in metrics:
-            row = groups[key].get(metric)
-            if row is None:
-                cells.append("")
-                continue
-            text = format_metric(metric, row["value"])
-            if row.get("seeds", 1) > 1:
-                text += f" ± {format_metric(metric, row['std']).rstrip('%')} ({row['seeds']} seeds)"
-            cells.append(text)
-        rate = "-" if key[3] is None else f"{key[3]:g}"
-        table.add_row(short[key[0]], key[1], key[2], rate, *cells)
+        labels = (short[key[0]], key[1], "-" if key[2] is None else f"{key[2]:g}")
+        if wide:
+            table.add_row(*labels, *(cell(groups[key].get(metric)) for metric in metrics))
+        else:
+            for metric, row in groups[key].items():
+                table.add_row(*labels, metric, cell(row))
+                labels = ("", "", "")
     return table
 
 

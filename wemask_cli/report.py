@@ -158,7 +158,8 @@ def report_command(directories: list[Path], json_out: Path | None, csv_out: Path
     if not directories and skipped:
         raise WeMaskError("every argument is a file: give run directories holding metrics.json")
     rows = gather(directories)
-    console.print(report_table(rows))
+    for stage in dict.fromkeys(row["stage"] for row in rows):
+        console.print(report_table([row for row in rows if row["stage"] == stage], stage))
     written = write_rows(rows, json_out, csv_out)
     if not no_plot:
         written.append(report_png(rows, plot or default_plot_path(directories)))
