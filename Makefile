@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: install
-	$(BIN)/wemask locate --mask-rate 0.3,1.0 --json $(DEMO_OUT)/locate.json --plot $(DEMO_OUT)/locate.png
+	$(BIN)/wemask locate --mask-rate 0.3,1.0 --json $(DEMO_OUT)/locate.json --plot $(DEMO_OUT)/locate.png --overwrite
 	$(BIN)/wemask infer --prompt "What is the capital of France?" --prompt "Write a haiku about rain." \
 		--mask-rate 0,0.3,1.0 --me-layer auto --max-new-tokens 32
 	$(BIN)/wemask sft --dataset data/sft_chat.jsonl --mask-rate 0.3 --me-layer auto --use-peft \
@@ -33,7 +33,7 @@ demo: install
 		--max-completion-length 16 --logging-steps 1 --report-to none
 	$(BIN)/wemask eval --task perplexity --mask-rates 0,0.3,1.0 --me-layer auto --limit 4 \
 		--output $(DEMO_OUT)/eval --overwrite
-	$(BIN)/wemask report $(DEMO_OUT)/sft $(DEMO_OUT)/dpo $(DEMO_OUT)/grpo $(DEMO_OUT)/eval
+	$(BIN)/wemask report $(DEMO_OUT)/sft $(DEMO_OUT)/dpo $(DEMO_OUT)/grpo $(DEMO_OUT)/eval --overwrite
 
 test: install
 	$(BIN)/python -m pytest -q

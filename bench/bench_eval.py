@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 RATES = ("0", "0.3", "0.7", "1.0")
-ME_LAYER = "5"  # the embedded SmolLM2-135M-Instruct's ME layer (0-based)
+ME_LAYER = "11"  # the embedded SmolLM2-135M-Instruct's ME layer (0-based)
 WORKLOAD = ["--task", "perplexity", "--window", "128", "--limit", "4", "--batch-size", "4"]
 
 

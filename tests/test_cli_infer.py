@@ -89,3 +89,89 @@ def test_bad_input_file_reports_line_number(monkeypatch, capsys, tiny_model_dir,
     bad.write_text('{"prompt": "ok"}\n{not json}\n')
     code, _, err = run_main(monkeypatch, capsys, "infer", "--model", tiny_model_dir, "--input", str(bad))
     assert code == 2 and "line 2 is not valid JSON" in err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["infer", "--bogus"], "No such option: --bogus (see 'wemask infer --help')"),
+        (["infer", "--batch-size", "x"], "Invalid value for '--batch-size'"),
+        (["infer", "--max-new-tokens"], "Option '--max-new-tokens' requires an argument. (see 'wemask infer --help')"),
+        (["locate", "--bogus"], "(see 'wemask locate --help')"),
+        (["eval", "--limit", "many"], "(see 'wemask eval --help')"),
+        (["report"], "Missing argument"),
+        (["nosuch"], "No such command 'nosuch'. (see 'wemask --help')"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(monkeypatch, capsys, args, message):
+    code, out, err = run_main(monkeypatch, capsys, *args)
+    assert code == 2 and out == ""
+    assert err.startswith("wemask: error: ") and err.count("\n") == 1 and message in err, err
+
+
+def test_help_still_works(monkeypatch, capsys):
+    code, out, _ = run_main(monkeypatch, capsys, "infer", "--help")
+    assert code == 0 and "Usage: wemask infer" in " ".join(out.split()) and "--overwrite" in out
+
+
+@pytest.fixture
+def no_load(monkeypatch):
+    """Fails the test if a model is loaded: these checks come first."""
+    monkeypatch.setattr(models_module, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--temperature", "-0.5"], "--temperature -0.5 is not valid"),
+        (["--top-p", "0"], "--top-p 0 is out of range: use a number in (0, 1]"),
+        (["--top-p", "1.5"], "--top-p 1.5 is out of range"),
+        (["--batch-size", "0"], "--batch-size 0 is not valid: use 1 or more"),
+        (["--max-new-tokens", "0"], "--max-new-tokens 0 is not valid: use 1 or more"),
+    ],
+)
+def test_bad_generation_flags_are_refused_before_loading(monkeypatch, capsys, no_load, args, message):
+    code, _, err = run_main(monkeypatch, capsys, "infer", "-p", "hi", *args)
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+
+
+def test_existing_output_needs_overwrite(monkeypatch, capsys, tiny_model_dir, tmp_path):
+    out = tmp_path / "done.jsonl"
+    out.write_text("a finished run\n")
+    with monkeypatch.context() as patch:
+        patch.setattr(models_module, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+        code, _, err = run_main(monkeypatch, capsys, "infer", "-p", "hi", "--output", str(out))
+        assert code == 2 and err == f"wemask: error: {out} exists: pass --overwrite to replace it (or choose another path)\n"
+        code, _, err = run_main(monkeypatch, capsys, "infer", "-p", "hi", "--output", str(tmp_path))
+        assert code == 2 and "is a directory" in err
+    assert out.read_text() == "a finished run\n"
+    code, _, err = run_main(
+        monkeypatch, capsys, "infer", "--model", tiny_model_dir, "-p", "hi", "--max-new-tokens", "2", "--output", str(out), "--overwrite"
+    )
+    assert code == 0, err
+    assert json.loads(out.read_text())["input"] == "hi"
+
+
+def test_non_utf8_input_is_one_line(monkeypatch, capsys, no_load, tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+    code, _, err = run_main(monkeypatch, capsys, "infer", "--input", str(prompts))
+    assert code == 2 and err.count("\n") == 1 and f"--input {prompts} is not UTF-8 text" in err, err
+
+
+def test_me_layer_auto_shows_a_status_while_locating(monkeypatch, capsys, tiny_model_dir):
+    import contextlib
+
+    from wemask_cli import locate_cache
+    from wemask_cli.render import err_console
+
+    shown = []
+    monkeypatch.setattr(err_console, "status", lambda text, **k: shown.append(text) or contextlib.nullcontext())
+    monkeypatch.setattr(locate_cache, "cached_me_layer", lambda loaded: shown.append("located") or 1)
+    code, _, err = run_main(
+        monkeypatch, capsys, "infer", "--model", tiny_model_dir, "-p", "hi", "--mask-rate", "0.3", "--me-layer", "auto",
+        "--max-new-tokens", "2",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "ME layer (auto): 1 (0-based)" in err
+    assert shown.index("Locating the ME layer (once per model, cached)...") == shown.index("located") - 1

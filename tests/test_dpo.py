@@ -255,16 +255,17 @@ def test_tiny_recipe_through_the_cli(monkeypatch, capsys, tmp_path, tiny_model_d
     assert abs(metrics["first_step"]["rewards/chosen"]) < ZERO
 
 
+@pytest.mark.embedded
 def test_embedded_model_short_run(tmp_path, embedded_dir):
     """The default embedded model (no --model): TRL reloads the reference from its converted cache directory."""
     result = dpo(
-        TrainOptions(output_dir=str(tmp_path / "emb"), dataset=PREFS, mask_rate=0.3, me_layer=5),
+        TrainOptions(output_dir=str(tmp_path / "emb"), dataset=PREFS, mask_rate=0.3, me_layer=11),
         ["--max-steps", "2", "--per-device-train-batch-size", "1", "--logging-steps", "1", "--max-length", "128",
          "--learning-rate", "1e-5", "--report-to", "none", "--save-strategy", "no", "--seed", "0"],
     )  # fmt: skip
     assert result.trainer.ref_model.config._name_or_path == embedded_dir
     saved = WeMaskConfig.load(result.output_dir)
-    assert saved.mode == "aware" and saved.me_layer == 5 and len(saved.dims) == 25
+    assert saved.mode == "aware" and saved.me_layer == 11 and len(saved.dims) == 19
     step = first(result)
     assert abs(step["rewards/chosen"]) < 1e-4 and abs(step["rewards/rejected"]) < 1e-4
     assert result.metrics["global_step"] == 2 and math.isfinite(result.metrics["final_loss"])

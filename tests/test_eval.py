@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
 import math
 from pathlib import Path
 
@@ -17,9 +18,9 @@ from wemask_cli.evaluate import (
     EvalSettings,
     continuation_pairs,
     grade_math,
-    is_refusal,
     load_eval_data,
     make_windows,
+    refusal_match,
     score_choice,
     score_continuations,
     score_perplexity,
@@ -55,7 +56,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     ],
 )
 def test_refusals_are_detected(text):
-    assert is_refusal(text)
+    assert refusal_match(text) is not None
 
 
 @pytest.mark.parametrize(
@@ -69,7 +70,7 @@ def test_refusals_are_detected(text):
     ],
 )
 def test_helpful_answers_are_not_refusals(text):
-    assert not is_refusal(text)
+    assert refusal_match(text) is None
 
 
 # ------------------------------------------------------------------------------------------- choice
@@ -276,7 +277,9 @@ def test_seeds_sample_generation_and_report_spread(monkeypatch, capsys, tiny_mod
     records = [json.loads(line) for line in (out / "examples.jsonl").read_text().splitlines()]
     by_seed = {seed: [r["completion"] for r in records if r["seed"] == seed and r["mask_rate"] == 0] for seed in range(3)}
     assert by_seed[0] != by_seed[1] or by_seed[1] != by_seed[2]  # sampling really varies with the seed
-    assert "std across 3 seeds" in stdout.replace("\n", " ").replace("  ", " ") or "3 seeds" in stdout
+    for entry in doc["summary"]:  # the spread reported is the std of the per-seed values
+        values = [r["value"] for r in doc["results"] if (r["mask_rate"], r["metric"]) == (entry["mask_rate"], entry["metric"])]
+        assert len(values) == 3 and entry["std"] == pytest.approx(statistics.stdev(values))
 
 
 def test_saved_wemask_config_is_the_default(monkeypatch, capsys, tiny_model_dir, tmp_path):

@@ -1,4 +1,4 @@
-"""The paper's pattern on the real embedded SmolLM2-135M-Instruct (ME layer 5) and the shipped text."""
+"""The paper's pattern on the real embedded SmolLM2-135M-Instruct (ME layer 11) and the shipped text."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from wemask_cli.evaluate import EvalSettings, load_eval_data, run_sweep
 from wemask_cli.method.mask import masked_layers
 
 pytestmark = pytest.mark.embedded
-ME = 5
+ME = 11
 
 
 def test_perplexity_rises_at_r1_and_stays_close_up_to_r07(embedded):

@@ -384,13 +384,13 @@ def test_short_run_on_the_embedded_model_with_the_math_set(tmp_path, embedded_di
     out = tmp_path / "embedded"
     result = run(
         grpo.stage(),
-        TrainOptions(model=embedded_dir, output_dir=str(out), dataset=MATH, mask_rate="0.3", me_layer="5",
+        TrainOptions(model=embedded_dir, output_dir=str(out), dataset=MATH, mask_rate="0.3", me_layer="11",
                      use_peft=True, lora_r=8, stage_options={"reward": ["math", "format:0.5"]}),
         flags(per_device_train_batch_size=2, num_generations=2, max_completion_length=16, max_steps=2,
               learning_rate=1e-5, save_strategy="steps", save_steps=2),
     )
     saved = WeMaskConfig.load(out)
-    assert saved.mode == "aware" and saved.mask_rate == 0.3 and saved.me_layer == 5
+    assert saved.mode == "aware" and saved.mask_rate == 0.3 and saved.me_layer == 11
     assert (out / "checkpoint-2" / "wemask_config.json").is_file() and (out / "adapter_config.json").is_file()
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["global_step"] == 2 and metrics["rewards"] == ["math_reward", "format_reward"]
@@ -398,5 +398,5 @@ def test_short_run_on_the_embedded_model_with_the_math_set(tmp_path, embedded_di
     assert all(0.0 <= reward <= 1.5 for _, reward in metrics["reward_history"])
     run_record = json.loads((out / "wemask_run.json").read_text())
     assert run_record["data_format"] == "question-answer (GSM8K)" and run_record["options"]["reward"] == ["math", "format:0.5"]
-    assert masked_layers(result.trainer.model) == list(range(5, 30))
+    assert masked_layers(result.trainer.model) == list(range(11, 30))
     print(f"\nembedded GRPO: rewards {metrics['reward_history']}, runtime {metrics['runtime_s']} s")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -31,6 +32,7 @@ from wemask_cli.method.locate import (
 from wemask_cli.models import LoadedModel
 
 EMBEDDED_ME = 11
+DATA = Path(__file__).resolve().parents[1] / "data"
 LEFT = Tokens.from_mask(torch.tensor([[0, 0, 1, 1], [1, 1, 1, 0], [0, 0, 0, 1]]))
 
 
@@ -165,6 +167,75 @@ def test_batched_equals_one_by_one_and_tiny_models_have_no_me_layer(arch):
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()), "hooks left behind"
 
 
+ACT = {"silu": torch.nn.functional.silu, "gelu_pytorch_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh")}
+
+
+def by_hand(model, ids: list[int]) -> dict[str, torch.Tensor]:
+    """Per layer, from the residual entering the pre-FFN norm, by plain tensor math: the pre-FFN RMSNorm (1 + w for
+    Gemma), the MLP with act(gate), Gemma's post-FFN norm, and the FFN metrics of SPEC section 2."""
+    parts, seen = resolve_layers(model), {}
+    handles = []
+    for p in parts:
+        handles.append(p.ffn_norm.register_forward_hook(lambda _m, i, _o, l=p.index: seen.__setitem__(("in", l), i[0][0])))
+        handles.append(p.layer.register_forward_hook(lambda _m, _i, o, l=p.index: seen.__setitem__(("out", l), o)))
+    with torch.no_grad():
+        model(torch.tensor([ids]))
+    for handle in handles:
+        handle.remove()
+    config = model.config
+    act, eps = ACT[getattr(config, "hidden_activation", None) or config.hidden_act], config.rms_norm_eps
+    gemma = "gemma" in config.model_type
+
+    def rms_norm(x, norm):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * (norm.weight + (1.0 if gemma else 0.0))
+
+    def ipr(v):
+        share = v.pow(2) / v.pow(2).sum(-1, keepdim=True)
+        return share.pow(2).sum(-1)
+
+    names = ("norm_magnification", "ffn_magnification", "ffn_share", "delta_c_up", "delta_c_gate", "delta_c_down")
+    metrics = {name: [] for name in names}
+    with torch.no_grad():
+        for p in parts:
+            residual, out, mlp = seen["in", p.index], seen["out", p.index], p.ffn
+            out = (out[0] if isinstance(out, tuple) else out)[0]
+            h = rms_norm(residual, p.ffn_norm)
+            if hasattr(mlp, "gate_up_proj"):
+                gate, up = (h @ mlp.gate_up_proj.weight.T).chunk(2, dim=-1)
+            else:
+                gate, up = h @ mlp.gate_proj.weight.T, h @ mlp.up_proj.weight.T
+            gate = act(gate)
+            z = (gate * up) @ mlp.down_proj.weight.T
+            branch = rms_norm(z, p.post_ffn_norm) if gemma else z
+            torch.testing.assert_close(residual + branch, out)  # the branch is all the FFN adds to the residual
+            norm_h, norm_branch = h.norm(dim=-1), branch.norm(dim=-1)
+            metrics["norm_magnification"].append(norm_h[0] / norm_h[1:].mean())
+            magnification = norm_branch / norm_h
+            metrics["ffn_magnification"].append(magnification[0] / magnification[1:].mean())
+            metrics["ffn_share"].append(norm_branch[0] / out[0].norm())
+            for role, v in (("up", up), ("gate", gate), ("down", z)):
+                c = ipr(v)
+                metrics[f"delta_c_{role}"].append(c[0] - c[1:].mean())
+    return {name: torch.stack(values).double() for name, values in metrics.items()}
+
+
+@pytest.mark.parametrize("kind", ["llama", "gemma2", "phi3"])
+def test_ffn_metrics_match_hand_computation(kind):
+    """norm/FFN magnification, ffn_share (Gemma: after the post-FFN norm) and ΔC after up, act(gate) and down."""
+    model = make_tiny_model(kind)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in resolve_layers(model):
+            for norm in filter(None, (p.ffn_norm, p.post_ffn_norm)):
+                norm.weight.add_(0.3 * torch.randn_like(norm.weight))  # so that w (or Gemma's 1 + w) matters
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[4]]
+    stats = method.collect_stats(model, prompts, batch_size=3, padding_side="left")
+    for row, ids in enumerate(prompts):
+        for name, expected in by_hand(model, ids).items():
+            got = stats.values[name][row]
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6, msg=f"{kind} {name} prompt {row}")
+
+
 def test_phi3_fused_gate_up_is_split():
     model = make_tiny_model("phi3")
     stats = method.collect_stats(model, PROMPTS[:2])
@@ -258,7 +329,7 @@ def test_cli_on_a_tiny_model_reports_no_me_layer(monkeypatch, capsys, tmp_path, 
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps({"body": f"row {i} of the data"}) + "\n" for i in range(5)))
     for source in (["--prompts", str(lines)], ["--dataset", str(data), "--text-field", "body", "--num-prompts", "2"]):
-        code, _, err = run_main(monkeypatch, capsys, "locate", "--model", tiny_model_dir, *source, "--json", str(out_json))
+        code, _, err = run_main(monkeypatch, capsys, "locate", "--model", tiny_model_dir, *source, "--json", str(out_json), "--overwrite")
         assert code == 0, err
     assert len(json.loads(out_json.read_text())["prompts"]) == 2
 
@@ -341,7 +412,7 @@ def count_locates(monkeypatch, tmp_path):
     return calls
 
 
-def test_cache_is_keyed_by_weights(count_locates, tiny_tokenizer):
+def test_cache_is_keyed_by_weights(count_locates, tiny_tokenizer, tmp_path):
     from wemask_cli.locate_cache import cached_me_layer
 
     loaded = LoadedModel(make_tiny_model("llama", vocab_size=len(tiny_tokenizer)), tiny_tokenizer, "tiny", None)
@@ -351,6 +422,22 @@ def test_cache_is_keyed_by_weights(count_locates, tiny_tokenizer):
         resolve_layers(loaded.model)[2].ffn_norm.weight[0] += 0.5
     assert cached_me_layer(loaded) is None
     assert len(count_locates) == 2
+    with torch.no_grad():  # not a norm: a retrained FFN
+        resolve_layers(loaded.model)[1].ffn.down_proj.weight.mul_(1.01)
+    assert cached_me_layer(loaded) is None
+    assert len(count_locates) == 3
+
+    # A model directory retrained in place, norms unchanged: its weight file changes, the model in memory does not.
+    directory = tmp_path / "model"
+    loaded.model.save_pretrained(directory)
+    loaded = LoadedModel(loaded.model, tiny_tokenizer, str(directory), None)
+    assert cached_me_layer(loaded) is None and cached_me_layer(loaded) is None
+    assert len(count_locates) == 4
+    retrained = make_tiny_model("llama", seed=1, vocab_size=len(tiny_tokenizer))
+    retrained.load_state_dict({k: v for k, v in loaded.model.state_dict().items() if "norm" in k}, strict=False)
+    retrained.save_pretrained(directory)
+    assert cached_me_layer(loaded) is None
+    assert len(count_locates) == 5
 
 
 @pytest.mark.embedded
@@ -363,3 +450,16 @@ def test_infer_me_layer_auto_locates_once(count_locates, monkeypatch, capsys, em
         assert code in (0, None), err
         assert f"ME layer (auto): {EMBEDDED_ME} (0-based)" in err
     assert len(count_locates) == 1
+
+
+@pytest.mark.embedded
+def test_trainer_me_layer_auto_saves_the_located_layer(count_locates, monkeypatch, capsys, tmp_path, embedded_dir):
+    out = tmp_path / "sft"
+    code, _, err = run_main(
+        monkeypatch, capsys, "sft", "--model", embedded_dir, "-o", str(out), "--dataset", str(DATA / "sft_chat.jsonl"),
+        "--use-peft", "--mask-rate", "0.3", "--me-layer", "auto", "--max-steps", "1", "--max-length", "32",
+        "--per-device-train-batch-size", "1", "--save-strategy", "no",
+    )  # fmt: skip
+    assert code in (0, None), err
+    assert f"ME layer (auto): {EMBEDDED_ME} (0-based)" in err and len(count_locates) == 1
+    assert json.loads((out / "wemask_config.json").read_text())["me_layer"] == EMBEDDED_ME

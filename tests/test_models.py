@@ -70,3 +70,33 @@ def test_embedded_model_loads_from_the_converted_cache(embedded):
     assert embedded.source.endswith(tuple("0123456789abcdef")) and "SmolLM2-135M-Instruct" in embedded.source
     assert type(embedded.model).__name__ == "LlamaForCausalLM" and len(embedded.model.model.layers) == 30
     assert embedded.tokenizer.chat_template
+
+
+def test_a_bad_gguf_is_one_line_with_a_spinner_while_converting(monkeypatch, capsys, tmp_path):
+    import contextlib
+
+    from conftest import run_main
+
+    from wemask_cli.render import err_console
+
+    monkeypatch.setenv("WEMASK_CACHE", str(tmp_path / "cache"))
+    shown = []
+    monkeypatch.setattr(err_console, "status", lambda text, **k: shown.append(text) or contextlib.nullcontext())
+    junk = tmp_path / "junk.gguf"
+    junk.write_text("not a GGUF file\n")
+    code, _, err = run_main(monkeypatch, capsys, "infer", "--model", str(junk), "-p", "hi")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("wemask: error: could not convert junk.gguf (") and "GGUF magic" in err
+    assert any(text.startswith("Converting junk.gguf") for text in shown)
+    assert not (tmp_path / "cache").exists()  # nothing half-written in the cache
+
+
+def test_corrupt_weights_are_one_clear_error(tiny_model_dir, tmp_path):
+    from pathlib import Path
+
+    for item in Path(tiny_model_dir).iterdir():
+        if item.name != "model.safetensors":
+            (tmp_path / item.name).symlink_to(item)
+    (tmp_path / "model.safetensors").write_bytes(b"\x00" * 64)
+    with pytest.raises(WeMaskError, match=r"^could not load model .*\(.+\)"):
+        load_model(str(tmp_path))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,21 +13,25 @@ from conftest import run_main
 from wemask_cli.report import gather
 
 PPL_TEXT = Path(__file__).resolve().parent.parent / "data" / "eval" / "perplexity.txt"
+SFT_DATA = Path(__file__).resolve().parent.parent / "data" / "sft_chat.jsonl"
 
 
-def training_metrics(rate: float, mode: str | None, loss: float) -> dict:
-    """The flat layout train/common.py writes (write_metrics)."""
-    return {
-        "stage": "sft", "status": "finished", "mode": mode, "mask_rate": rate, "me_layer": 1, "select": "weight",
-        "layers": "from-me", "strength": 1.0, "model": "tiny", "dataset": "data/sft_chat.jsonl", "peft": False, "seed": 0,
-        "world_size": 1, "global_step": 4, "epoch": 1.0, "train_loss": loss, "final_loss": loss - 0.1, "eval_loss": None,
-        "runtime_s": 3.2, "train_samples_per_second": 9.0, "train_steps_per_second": 1.2,
-        "loss_history": [[1, loss + 0.2], [4, loss - 0.1]],
-    }
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory, tiny_model_dir) -> Path:
+    """A real (tiny) `wemask sft` run: its metrics.json is what train/common.py writes."""
+    from wemask_cli.train.common import TrainOptions, run
+    from wemask_cli.train.sft import stage
+
+    out = tmp_path_factory.mktemp("trained") / "r0.3"
+    trl = ["--max-steps", "2", "--per-device-train-batch-size", "2", "--max-length", "32", "--save-steps", "2",
+           "--logging-steps", "1", "--report-to", "none"]  # fmt: skip
+    options = TrainOptions(model=tiny_model_dir, output_dir=str(out), dataset=str(SFT_DATA), mask_rate="0.3", me_layer="1")
+    run(stage(), options, trl)
+    return out
 
 
 @pytest.fixture
-def three_runs(monkeypatch, capsys, tiny_model_dir, tmp_path):
+def three_runs(monkeypatch, capsys, tiny_model_dir, tmp_path, trained_run):
     runs = tmp_path / "runs"
     for name, rates in (("eval-a", "0,1"), ("eval-b", "0,0.5,1")):
         code, _, err = run_main(
@@ -34,10 +39,7 @@ def three_runs(monkeypatch, capsys, tiny_model_dir, tmp_path):
             "--window", "16", "--limit", "2", "--mask-rates", rates, "--me-layer", "1", "--output", str(runs / name),
         )
         assert code == 0, err
-    trained = runs / "r0.3"
-    trained.mkdir()
-    (trained / "metrics.json").write_text(json.dumps(training_metrics(0.3, "aware", 2.5)))
-    (trained / "checkpoint-4").mkdir()  # sub-directories without metrics.json are ignored
+    shutil.copytree(trained_run, runs / "r0.3")  # its checkpoint-2 has no metrics.json: ignored
     return runs
 
 
@@ -49,7 +51,7 @@ def test_report_merges_three_runs(monkeypatch, capsys, three_runs, tmp_path):
         "--json", str(out_json), "--csv", str(out_csv),
     )
     assert code == 0, err
-    for name in ("eval-a", "eval-b", "r0.3", "perplexity", "train_loss", "aware", "free", "3 run(s)"):
+    for name in ("eval-a", "eval-b", "r0.3", "perplexity", "train_loss", "aware", "free", "eval, 2 run(s)", "sft, 1 run(s)"):
         assert name in stdout, name
     rows = json.loads(out_json.read_text())
     assert {r["run"].rsplit("/", 1)[-1] for r in rows} == {"eval-a", "eval-b", "r0.3"}
@@ -59,19 +61,20 @@ def test_report_merges_three_runs(monkeypatch, capsys, three_runs, tmp_path):
     ]
     assert all(r["stage"] == "eval" and r["mode"] == "free" and r["task"] == "perplexity" for r in ppl)
     trained = {r["metric"]: r for r in rows if r["stage"] == "sft"}
-    assert trained["train_loss"]["value"] == 2.5 and trained["train_loss"]["mask_rate"] == 0.3
+    written = json.loads((runs / "r0.3" / "metrics.json").read_text())
+    assert trained["train_loss"]["value"] == written["train_loss"] > 0 and trained["train_loss"]["mask_rate"] == 0.3
     assert trained["train_loss"]["mode"] == "aware"
     assert set(trained) == {"train_loss", "final_loss"}  # bookkeeping numbers and None values are not metrics
     assert len(list(csv.DictReader(out_csv.open()))) == len(rows)
     assert (runs / "report.png").read_bytes()[:4] == b"\x89PNG"  # next to the run directories
 
 
-def test_report_finds_eval_outputs_inside_run_directories_and_averages_seeds(tmp_path):
-    run = tmp_path / "r0.7"
-    (run / "eval").mkdir(parents=True)
-    (run / "metrics.json").write_text(json.dumps(training_metrics(0.7, "free", 1.9)))
+def test_report_finds_eval_outputs_inside_run_directories_and_averages_seeds(tmp_path, trained_run):
+    run = tmp_path / "r0.3"
+    shutil.copytree(trained_run, run)
+    (run / "eval").mkdir()
     results = [
-        {"mask_rate": 0.7, "mode": "free", "seed": s, "metric": "accuracy", "value": v, "se": 0.1, "n": 10}
+        {"mask_rate": 0.3, "mode": "aware", "seed": s, "metric": "accuracy", "value": v, "se": 0.1, "n": 10}
         for s, v in enumerate([0.4, 0.6])
     ]
     (run / "eval" / "metrics.json").write_text(json.dumps({"stage": "eval", "task": "math", "results": results}))

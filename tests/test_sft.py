@@ -228,10 +228,19 @@ def test_short_run_on_the_embedded_model(tmp_path, embedded_dir):
     result = run(
         stage(),
         TrainOptions(model=embedded_dir, output_dir=str(out), dataset=str(ROOT / "data" / "math_sft.jsonl"), mask_rate="0.3",
-                     me_layer="5", use_peft=True, lora_r=8),
+                     me_layer="11", use_peft=True, lora_r=8),
         flags(max_steps=2, max_length=96, learning_rate=1e-4),
     )
     first = losses(result)[0]
     assert 0 < first < 10 and masked_layers(result.trainer.model) == list(range(5, 30))
     loaded = load_model(str(out), dtype="float32")
-    assert loaded.saved_wemask.me_layer == 5 and loaded.saved_wemask.dims == result.wemask.dims
+    assert loaded.saved_wemask.me_layer == 11 and loaded.saved_wemask.dims == result.wemask.dims
+
+
+def test_continuing_a_wemask_run_keeps_its_saved_mode_unless_asked(tmp_path, tiny_model_dir):
+    free = sft(tmp_path / "free", tiny_model_dir, mask_rate="0.3", me_layer="1", mode="free")
+    again = sft(tmp_path / "again", str(tmp_path / "free"))  # no WeMask flags: the model's saved config
+    assert again.wemask.mode == "free" and again.wemask.mask_rate == 0.3 and masked_layers(again.trainer.model) == []
+    aware = sft(tmp_path / "aware", str(tmp_path / "free"), mode="aware")
+    assert aware.wemask.mode == "aware" and aware.wemask.dims == free.wemask.dims
+    assert masked_layers(aware.trainer.model) == [1, 2, 3]

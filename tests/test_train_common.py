@@ -217,6 +217,7 @@ def test_output_dir_safety(tmp_path):
         (["--dataset", "DATA_BAD"], "line 2 is not valid JSON"),
         (["--dataset", "DATA_EMPTY"], "holds no rows"),
         (["--dataset", "DATA_COLS"], "match no sft format"),
+        (["--dataset", "DATA_LATIN1"], "latin1.jsonl is not UTF-8 text"),
     ],
 )
 def test_cli_errors_are_one_line_exit_2(monkeypatch, capsys, tmp_path, tiny_model_dir, args, message):
@@ -224,7 +225,9 @@ def test_cli_errors_are_one_line_exit_2(monkeypatch, capsys, tmp_path, tiny_mode
         "DATA_BAD": write_jsonl(tmp_path / "bad.jsonl", ['{"text": "a"}', "{oops"]),
         "DATA_EMPTY": write_jsonl(tmp_path / "empty.jsonl", []),
         "DATA_COLS": write_jsonl(tmp_path / "cols.jsonl", [{"input": "a", "output": "b"}]),
+        "DATA_LATIN1": tmp_path / "latin1.jsonl",
     }
+    data["DATA_LATIN1"].write_bytes('{"text": "caf\xe9"}\n'.encode("latin-1"))
     args = [str(data.get(a, a)) for a in args]
     if "--dataset" not in args:
         args += ["--dataset", str(ROOT / "data" / "sft_chat.jsonl")]
@@ -232,6 +235,18 @@ def test_cli_errors_are_one_line_exit_2(monkeypatch, capsys, tmp_path, tiny_mode
     assert code == 2, err
     assert err.startswith("wemask: error: ") and err.count("\n") == 1 and message in err, err
     assert "Traceback" not in err
+
+
+def test_unknown_lora_target_is_one_line_before_training(monkeypatch, capsys, tmp_path, tiny_model_dir):
+    code, _, err = run_main(
+        monkeypatch, capsys, "sft", "--model", tiny_model_dir, "-o", str(tmp_path / "o"), "--dataset",
+        str(ROOT / "data" / "sft_chat.jsonl"), "--use-peft", "--lora-target-modules", "q_proj,qq_proj", "--max-steps", "1",
+    )  # fmt: skip
+    assert code == 2 and "Traceback" not in err
+    assert err.splitlines()[-1] == (
+        "wemask: error: --lora-target-modules: qq_proj is not a module of this model; "
+        "use names like down_proj,gate_proj,k_proj,lm_head,o_proj,q_proj,up_proj,v_proj, or all-linear"
+    )
 
 
 def test_cli_refuses_non_empty_output_dir(monkeypatch, capsys, tmp_path, tiny_model_dir):

@@ -41,6 +41,7 @@ MeLayerOpt = Annotated[Optional[str], typer.Option("--me-layer", help="0-based M
 SelectOpt = Annotated[Optional[str], typer.Option(help="weight (the method: top |RMSNorm weight|) | activation | random.")]
 LayersOpt = Annotated[Optional[str], typer.Option(help="from-me (default) | me-only | all | a:b (0-based, b exclusive).")]
 StrengthOpt = Annotated[Optional[float], typer.Option(help="Masking strength in [0, 1]: dims are multiplied by 1 - strength.")]
+ReplaceOpt = Annotated[bool, typer.Option("--overwrite", help="Replace output files that already exist.")]
 
 
 @app.command()
@@ -61,6 +62,7 @@ def infer(
     select: SelectOpt = None,
     layers: LayersOpt = None,
     strength: StrengthOpt = None,
+    overwrite: ReplaceOpt = False,
 ):
     """Generate with and without WeMask; several --mask-rate values are shown side by side (one model load).
 
@@ -69,14 +71,15 @@ def infer(
     from .infer import GenerationSettings, read_prompts, run_infer, write_jsonl
     from .masking import MaskFlags, configs_from_flags
     from .models import load_model
-    from .render import completions_table, console, err_console
+    from .render import check_outputs, completions_table, console, err_console
 
+    check_outputs([output], overwrite)
     prompts = read_prompts(prompt, input)
     flags = MaskFlags(mask_rate, me_layer, select, layers, strength)
+    settings = GenerationSettings(max_new_tokens, temperature, top_p, seed, batch_size, chat_template)
     with err_console.status("Loading model..."):
         loaded = load_model(model, dtype=dtype)
     configs = configs_from_flags(flags, loaded)
-    settings = GenerationSettings(max_new_tokens, temperature, top_p, seed, batch_size, chat_template)
     with err_console.status(f"Generating {len(prompts)} prompt(s) x {len(configs)} setting(s)..."):
         records = run_infer(loaded, prompts, configs, settings)
     console.print(completions_table(records))
@@ -98,6 +101,7 @@ def locate(
     plot: Annotated[Optional[Path], typer.Option(help="Write a PNG of the per-layer curves.")] = None,
     mask_rate: Annotated[Optional[list[str]], typer.Option("--mask-rate", "-r", metavar="R", help="Also measure with WeMask at rate R from the ME layer (repeatable or comma list).")] = None,
     dtype: DtypeOpt = "auto",
+    overwrite: ReplaceOpt = False,
 ):
     """Find the ME layer (0-based): where the first token's norm jumps by an order of magnitude, written by the FFN.
 
@@ -108,11 +112,12 @@ def locate(
     from .locate import load_prompts, run_locate
     from .masking import parse_mask_rates
     from .models import load_model
-    from .render import console, err_console, locate_plot, locate_table, mask_rates_table, write_json
+    from .render import check_outputs, console, err_console, locate_plot, locate_table, mask_rates_table, write_json
 
     rates = parse_mask_rates(",".join(mask_rate)) if mask_rate else []
     if plot is not None and plot.suffix.lower() != ".png":
         raise WeMaskError(f"--plot {plot}: the plot is a PNG, give a file name ending in .png")
+    check_outputs([json_out, plot], overwrite)
     texts = load_prompts(prompts, dataset, text_field, num_prompts)
     with err_console.status("Loading model..."):
         loaded = load_model(model, dtype=dtype)
@@ -156,7 +161,7 @@ DatasetColumnsOpt = Annotated[
 EvalDatasetOpt = Annotated[Optional[str], typer.Option(help="Evaluation data (same formats); eval loss goes to metrics.json.")]
 EvalSplitOpt = Annotated[Optional[str], typer.Option(help="Split of --eval-dataset (default train).")]
 TrainMaskRateOpt = Annotated[
-    Optional[str], typer.Option("--mask-rate", "-r", help="Share r in [0, 1] of dims masked (default: none, plain TRL).")
+    Optional[str], typer.Option("--mask-rate", "-r", help="Share r in [0, 1] of dims masked. Default: the wemask_config.json the model carries (its mode kept unless --mode), else none (plain TRL).")
 ]
 ModeOpt = Annotated[
     Optional[str], typer.Option(help="aware: mask in every training forward and at inference | free: train plain, mask at inference.")
@@ -364,11 +369,12 @@ def report(
     csv_out: Annotated[Optional[Path], typer.Option("--csv", help="Write the merged rows as CSV.")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="PNG path (default report.png next to the run directories).")] = None,
     no_plot: Annotated[bool, typer.Option("--no-plot", help="Skip the PNG.")] = False,
+    overwrite: ReplaceOpt = False,
 ):
     """Merge the metrics.json of any number of runs (eval, sft, dpo, grpo) into one table and one plot by mode and mask rate."""
     from .report import report_command
 
-    report_command(dirs, json_out, csv_out, plot, no_plot)
+    report_command(dirs, json_out, csv_out, plot, no_plot, overwrite)
 
 
 def main() -> None:
@@ -382,7 +388,17 @@ def main() -> None:
     logging.getLogger("bitsandbytes").setLevel(logging.ERROR)  # its CPU-kernel notice is noise for users
     warnings.filterwarnings("ignore", category=FutureWarning)  # libraries' deprecation notices, not the user's doing
     try:
-        app()
+        code = app(prog_name="wemask", standalone_mode=False)  # usage errors come back here, not as a boxed usage text
     except WeMaskError as err:
         print(f"wemask: error: {err}", file=sys.stderr)
         sys.exit(2)
+    except typer.Abort:
+        sys.exit(130)
+    except typer.TyperException as err:  # click's usage errors: Typer's vendored ClickException derives from it
+        message = " ".join(err.format_message().split())
+        if message:  # empty for a bare `wemask`, whose help is already printed
+            ctx = getattr(err, "ctx", None)  # None for a missing option value: then the command is argv's first word
+            command = ctx.command_path if ctx else " ".join(["wemask", *[a for a in sys.argv[1:2] if not a.startswith("-")]])
+            print(f"wemask: error: {message} (see '{command} --help')", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)  # an int is typer.Exit's code (--help: 0, Ctrl-C in training: 130)

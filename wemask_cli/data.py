@@ -105,9 +105,19 @@ def slice_local(rows: list, split: str | None, where: str) -> list:
     return rows[start:stop]
 
 
-def read_json_rows(path: Path) -> tuple[str, list[tuple[int, dict]]]:
+def read_text(path: Path, what: str) -> str:
+    """The text of a user's file (`what` names its flag); unreadable or not UTF-8: one clear error."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise WeMaskError(f"{what} {path} is not UTF-8 text (byte {err.start} does not decode): save it as UTF-8") from None
+    except OSError as err:
+        raise WeMaskError(f"cannot read {what} {path}: {err.strerror or err}") from None
+
+
+def read_json_rows(path: Path, what: str) -> tuple[str, list[tuple[int, dict]]]:
     """Rows of a .jsonl file (or a .json list) with their line (item) numbers, each checked to be an object."""
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path, what)
     if path.suffix.lower() == ".json" and text.lstrip().startswith("["):
         try:
             data = json.loads(text)
@@ -141,7 +151,7 @@ def load_local(path: Path, split: str | None, where: str):
     if suffix not in LOCAL_SUFFIXES:
         raise WeMaskError(f"{where} {path}: unsupported file type {suffix!r}; use {', '.join(LOCAL_SUFFIXES)} or a hub dataset name")
     if suffix in (".jsonl", ".json"):
-        unit, numbered = read_json_rows(path)
+        unit, numbered = read_json_rows(path, where)
         numbered = slice_local(numbered, split, f"{where} {path}")
         if not numbered:
             raise WeMaskError(f"{where} {path} holds no rows: give a file with at least one example")

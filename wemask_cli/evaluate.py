@@ -108,10 +108,6 @@ def refusal_match(text: str) -> str | None:
     return None
 
 
-def is_refusal(text: str) -> bool:
-    return refusal_match(text) is not None
-
-
 @dataclass
 class EvalSettings:
     """Everything `wemask eval` needs besides the model and the WeMask flags (None: the task's default)."""
@@ -227,7 +223,7 @@ def read_rows(spec: str, split: str | None, config: str | None, limit: int | Non
             raise WeMaskError(f"--data {path}: no such file")
         where = f"--data {path}"
         if path.suffix.lower() in (".jsonl", ".json"):
-            unit, numbered = read_json_rows(path)
+            unit, numbered = read_json_rows(path, "--data")
             numbered = slice_local(numbered, split, where)
             labels, rows = [f"{unit} {n}" for n, _ in numbered], [row for _, row in numbered]
         else:
@@ -318,6 +314,8 @@ def parse_answer_index(value, choices: list[str], labels: list[str] | None, labe
 
 def load_eval_data(settings: EvalSettings) -> EvalData:
     """Read and check the task's examples (before any model is loaded); `--limit` keeps the first N."""
+    from .data import read_text
+
     task = settings.task
     spec = settings.data or bundled_data(task)
     limit = settings.limit if task != "perplexity" else None
@@ -325,7 +323,7 @@ def load_eval_data(settings: EvalSettings) -> EvalData:
         path = Path(spec).expanduser()
         if not path.is_file():
             raise WeMaskError(f"--data {path}: no such file")
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, "--data")
         where = f"--data {path}"
         if not text.strip():
             raise WeMaskError(f"{where} is empty")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from .data import read_text
 from .errors import WeMaskError
 from .method.config import WeMaskConfig
 from .method.mask import apply_wemask, remove_wemask
@@ -22,6 +23,16 @@ class GenerationSettings:
     batch_size: int = 8
     chat_template: bool = True
 
+    def __post_init__(self) -> None:
+        """Check the flags before any model is loaded."""
+        if self.temperature < 0:
+            raise WeMaskError(f"--temperature {self.temperature:g} is not valid: use 0 (greedy) or a positive number to sample")
+        if not 0 < self.top_p <= 1:
+            raise WeMaskError(f"--top-p {self.top_p:g} is out of range: use a number in (0, 1]")
+        for flag, value in (("--batch-size", self.batch_size), ("--max-new-tokens", self.max_new_tokens)):
+            if value < 1:
+                raise WeMaskError(f"{flag} {value} is not valid: use 1 or more")
+
 
 def read_prompts(prompts: list[str] | None, input_file: Path | None) -> list[str | list[dict]]:
     """Prompts from --prompt flags, or a file: jsonl with `prompt` or `messages`, else plain text lines."""
@@ -31,10 +42,7 @@ def read_prompts(prompts: list[str] | None, input_file: Path | None) -> list[str
         return list(prompts)
     if input_file is None:
         raise WeMaskError("no prompt given: use --prompt TEXT (repeatable) or --input FILE (.jsonl or text lines)")
-    try:
-        lines = [line for line in Path(input_file).read_text().splitlines() if line.strip()]
-    except OSError as err:
-        raise WeMaskError(f"cannot read --input {input_file}: {err.strerror}") from None
+    lines = [line for line in read_text(input_file, "--input").splitlines() if line.strip()]
     if not lines:
         raise WeMaskError(f"--input {input_file} is empty: give one prompt per line or jsonl rows with 'prompt' or 'messages'")
     if not str(input_file).endswith((".jsonl", ".json")):
@@ -91,8 +99,6 @@ def generate(model, tokenizer, prompts: list, settings: GenerationSettings) -> l
 
 def run_infer(loaded, prompts: list, configs: list[WeMaskConfig | None], settings: GenerationSettings) -> list[dict]:
     """Generate once per config (None: no mask) with one loaded model; one record per prompt and config."""
-    if settings.batch_size < 1 or settings.max_new_tokens < 1:
-        raise WeMaskError("--batch-size and --max-new-tokens must be at least 1")
     records = []
     for config in configs:
         resolved = apply_wemask(loaded.model, config).config if config is not None else None

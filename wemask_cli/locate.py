@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from .data import is_conversation, load_hub, load_local, looks_local, read_json_rows
+from .data import is_conversation, load_hub, load_local, looks_local, read_json_rows, read_text
 from .errors import WeMaskError
 from .infer import render_prompt
 from .method import locate as method
@@ -42,13 +42,10 @@ def prompt_from_value(value, where: str) -> str | list[dict]:
 def read_prompt_file(path: Path) -> list[str | list[dict]]:
     """jsonl/json rows with 'text' or 'messages' (or 'prompt'), else one prompt per text line."""
     path = Path(path)
-    try:
-        if path.suffix.lower() in (".jsonl", ".json"):
-            unit, rows = read_json_rows(path)
-        else:
-            unit, rows = "line", [(n, line) for n, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
-    except (OSError, UnicodeDecodeError) as err:
-        raise WeMaskError(f"cannot read --prompts {path}: {getattr(err, 'strerror', None) or err}") from None
+    if path.suffix.lower() in (".jsonl", ".json"):
+        unit, rows = read_json_rows(path, "--prompts")
+    else:
+        unit, rows = "line", [(n, line) for n, line in enumerate(read_text(path, "--prompts").splitlines(), 1) if line.strip()]
     if not rows:
         raise WeMaskError(f"--prompts {path} is empty: give jsonl rows with 'text' or 'messages', or one prompt per line")
     prompts = []

@@ -1,20 +1,26 @@
 """`--me-layer auto`: a fast locate per model, cached under `cache_dir()/locate/`.
 
-The key is the model's identity and weights: its source, config, every norm weight, and the token ids of
-the fast prompts (so a changed tokenizer counts too). Fine-tuning that moves the norms, or a new config,
-gives a new key; a key that exists is answered from its file without running the model.
+The key is the model's identity and weights: its source, config, the token ids of the fast prompts (so a
+changed tokenizer counts too), the names, sizes and mtimes of the weight files in its local directories (the
+source and, for an adapter, its base), and a fingerprint of the parameters in memory (see `fingerprint`). A
+retrain in place, a new config or new weights give a new key; a key that exists is answered from its file
+without running the model.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
+from pathlib import Path
+
+from torch import nn
 
 from .locate import encode
 from .method import locate as method
-from .method.arch import base_model, model_type, resolve_layers
+from .method.arch import base_model, model_type
 from .models import LoadedModel, cache_dir
 
 CACHE_VERSION = 1  # bump when the detection rule changes
@@ -26,8 +32,31 @@ FAST_PROMPTS = (
 )
 
 
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
+SAMPLE = 4096  # values per parameter in the fingerprint: smaller tensors (the norms) whole
+
+
+def weight_files(directories: list[str]) -> list[list]:
+    """[directory, name, size, mtime_ns] of each weight file (weights, adapters) directly in these local directories."""
+    found = []
+    for directory in sorted({Path(d).resolve() for d in directories if d and Path(d).is_dir()}):
+        for path in sorted({p for pattern in WEIGHT_FILES for p in directory.glob(pattern)}):
+            stat = path.stat()
+            found.append([str(directory), path.name, stat.st_size, stat.st_mtime_ns])
+    return found
+
+
+def fingerprint(model: nn.Module, digest) -> None:
+    """Feed `digest` every parameter's name, shape and values: whole up to SAMPLE values, else a strided sample."""
+    for name, param in model.named_parameters():
+        flat = param.detach().reshape(-1)
+        sample = flat[:: max(1, math.ceil(flat.numel() / SAMPLE))]
+        digest.update(f"{name}:{tuple(param.shape)}".encode())
+        digest.update(sample.float().cpu().numpy().tobytes())
+
+
 def cache_key(loaded: LoadedModel, token_ids: list[list[int]]) -> str:
-    """A digest of the model's identity (source, config), its norm weights and the fast prompts' token ids."""
+    """A digest of the model's identity (source, config), weight files, parameters and the fast prompts' token ids."""
     config = getattr(base_model(loaded.model), "config", None)
     identity = {
         "version": CACHE_VERSION,
@@ -36,12 +65,10 @@ def cache_key(loaded: LoadedModel, token_ids: list[list[int]]) -> str:
         "config": config.to_dict() if config is not None else None,
         "token_ids": token_ids,
         "rule": [method.JUMP, method.PERSIST, method.FFN_SHARE],
+        "weight_files": weight_files([loaded.source, getattr(config, "name_or_path", "")]),
     }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode())
-    for part in resolve_layers(loaded.model):
-        for norm in (part.attn_norm, part.ffn_norm, part.post_ffn_norm):
-            if norm is not None:
-                digest.update(norm.weight.detach().float().cpu().numpy().tobytes())
+    fingerprint(loaded.model, digest)
     return digest.hexdigest()[:32]
 
 

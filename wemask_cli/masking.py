@@ -62,8 +62,10 @@ def resolve_me_layer(me_layer: int | str | None, loaded: LoadedModel) -> int | N
     if me_layer != "auto":
         return me_layer
     from .locate_cache import cached_me_layer
+    from .render import err_console
 
-    layer = cached_me_layer(loaded)
+    with err_console.status("Locating the ME layer (once per model, cached)..."):  # a cache hit ends it at once
+        layer = cached_me_layer(loaded)
     if layer is None:
         raise WeMaskError(
             f"--me-layer auto: no ME layer found in {loaded.source} (no massive activation); give --me-layer N to mask anyway"

@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import shutil
-import sys
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -87,22 +86,33 @@ def converted_gguf_dir(gguf: Path) -> Path:
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    print(f"Converting {gguf.name} to a plain model in {target} (once, ~20 s)...", file=sys.stderr)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    config = quantized.config
-    del config.quantization_config
-    config._name_or_path = str(target)
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(quantized.state_dict())
+    from .render import err_console
+
     try:
-        with atomic_directory(target) as staging:
-            plain.save_pretrained(staging)
-            tokenizer.save_pretrained(staging)
-    except OSError:
+        with err_console.status(f"Converting {gguf.name} to a plain model in {target} (once, ~20 s)..."):
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+            config = quantized.config
+            del config.quantization_config
+            config._name_or_path = str(target)
+            plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+            plain.load_state_dict(quantized.state_dict())
+            with atomic_directory(target) as staging:
+                plain.save_pretrained(staging)
+                tokenizer.save_pretrained(staging)
+    except Exception as err:  # a file that is not GGUF, truncated, an unsupported architecture, a full disk...
         if not (target / "config.json").is_file():  # not another process finishing first: a real failure
-            raise
+            raise WeMaskError(
+                f"could not convert {gguf.name} ({first_line(err)}): give a complete GGUF file of a supported "
+                "architecture (llama, qwen2/3, mistral, phi3, gemma2/3), a model directory or a hub id"
+            ) from None
     return target
+
+
+def first_line(err: Exception) -> str:
+    """An exception's first line (its type name when it says nothing), for a one-line error."""
+    text = str(err).strip()
+    return text.splitlines()[0][:300] if text else type(err).__name__
 
 
 def resolve_dtype(dtype: str) -> torch.dtype | str:
@@ -182,10 +192,9 @@ def load_model(
         tokenizer_from = source if (Path(source) / "tokenizer_config.json").is_file() else weights_from
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_from)
         model = AutoModelForCausalLM.from_pretrained(weights_from, **kwargs)
-    except (OSError, ValueError) as err:
-        reason = str(err).strip().splitlines()[0][:300]
+    except Exception as err:  # missing files, no network, corrupt weights (safetensors' own error type), ...
         raise WeMaskError(
-            f"could not load model {spec!r} ({reason}); a hub id needs network access (or a filled HF cache): "
+            f"could not load model {spec!r} ({first_line(err)}); a hub id needs network access (or a filled HF cache): "
             "pass a local model directory or .gguf file, or omit --model for the embedded SmolLM2-135M-Instruct"
         ) from None
     if adapter.is_file():

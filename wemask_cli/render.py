@@ -9,6 +9,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from .errors import WeMaskError
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -31,6 +33,28 @@ def completions_table(records: list[dict]) -> Table:
             prompt = prompt[-1]["content"]
         table.add_row(prompt, *(column[row]["completion"].strip() for column in columns.values()))
     return table
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Lay out, write as PNG (creating folders) and close a matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def check_outputs(paths, overwrite: bool) -> None:
+    """Before any work: each output file (None: not asked for) must be new, or replaceable with --overwrite."""
+    for path in filter(None, paths):
+        if Path(path).is_dir():
+            raise WeMaskError(f"{path} is a directory: give a file path for this output")
+        if Path(path).exists() and not overwrite:
+            raise WeMaskError(f"{path} exists: pass --overwrite to replace it (or choose another path)")
 
 
 def write_json(data, path: str | Path) -> Path:
@@ -163,10 +187,7 @@ def locate_plot(report: dict, path: str | Path) -> Path:
     axes[5].legend(fontsize=8, loc="upper center", ncol=2)
     for ax in axes[4:]:
         ax.set_xlabel("layer (0-based)")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return path
+    return save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -292,12 +313,7 @@ def eval_curve_png(summary: list[dict], path: str | Path, title: str, seeds: int
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def report_table(rows: list[dict], stage: str) -> Table:
@@ -380,15 +396,11 @@ def report_png(rows: list[dict], path: str | Path) -> Path:
                 ax.axhline(y[0], color=bars[0].get_color(), linestyle="--", linewidth=1, alpha=0.7)
         ax.set_title(metric + (" (%)" if scale == 100 else ""), fontsize=10)
         ax.set_xlabel("mask rate r")
+        ax.set_xlim(-0.05, 1.05)  # the whole range of r, also for a single run
         ax.grid(alpha=0.3)
         if points:
             ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(metrics):]:
         ax.set_visible(False)
     fig.suptitle("wemask report (error bars: std across runs or seeds at the same point)", fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -148,8 +148,10 @@ def default_plot_path(directories: list[Path]) -> Path:
     return Path(os.path.commonpath(parents)) / "report.png"
 
 
-def report_command(directories: list[Path], json_out: Path | None, csv_out: Path | None, plot: Path | None, no_plot: bool) -> list[dict]:
-    from .render import console, err_console, report_png, report_table
+def report_command(
+    directories: list[Path], json_out: Path | None, csv_out: Path | None, plot: Path | None, no_plot: bool, overwrite: bool = False
+) -> list[dict]:
+    from .render import check_outputs, console, err_console, report_png, report_table
 
     skipped = [d for d in directories if Path(d).is_file()]
     for path in skipped:
@@ -157,12 +159,14 @@ def report_command(directories: list[Path], json_out: Path | None, csv_out: Path
     directories = [Path(d) for d in directories if not Path(d).is_file()]
     if not directories and skipped:
         raise WeMaskError("every argument is a file: give run directories holding metrics.json")
+    plot = None if no_plot or not directories else plot or default_plot_path(directories)
+    check_outputs([json_out, csv_out, plot], overwrite)
     rows = gather(directories)
     for stage in dict.fromkeys(row["stage"] for row in rows):
         console.print(report_table([row for row in rows if row["stage"] == stage], stage))
     written = write_rows(rows, json_out, csv_out)
-    if not no_plot:
-        written.append(report_png(rows, plot or default_plot_path(directories)))
+    if plot:
+        written.append(report_png(rows, plot))
     if written:
         err_console.print(f"Wrote {', '.join(str(p) for p in written)}")
     return rows

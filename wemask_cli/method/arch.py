@@ -126,7 +126,3 @@ def resolve_layers(model: nn.Module) -> list[LayerParts]:
     if missing:
         raise WeMaskError(f"model_type={kind!r}: the FFN has no {', '.join(missing)}; this architecture is not supported")
     return parts
-
-
-def hidden_size(model: nn.Module) -> int:
-    return int(resolve_layers(model)[0].attn_scale().numel())

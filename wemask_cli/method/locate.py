@@ -8,8 +8,9 @@ batch gives the numbers of one prompt at a time whatever the padding side. Layer
 Choices made here:
 - ΔFrac: K = the top FRAC_SHARE (1%, at least 1) of dims by |w_eff| of the layer's pre-FFN norm.
 - ΔKL: g is clamped at 1e-12, so a norm weight of exactly 0 gives a finite value.
-- ΔC: on the outputs of the up, gate (before its activation) and down projections; a fused gate_up
-  projection (Phi-3) is split into its halves [gate | up].
+- ΔC: on the outputs of the up and down projections and on the gate after its activation, g = act(W_gate h),
+  read from the FFN's activation module (`act_fn`, or Phi-3's `activation_fn` on the gate half of its fused
+  [gate | up] projection); NaN for an FFN without such a module.
 - FFN branch: what the FFN adds to the residual stream, i.e. the post-FFN norm's output when the layer has
   one (Gemma), else the FFN's output. `ffn_share` = ||branch_0|| / ||layer output_0||.
 - Attention-sink mass: the model runs with eager attention while measuring (restored afterwards); a hook
@@ -49,6 +50,7 @@ PER_PROMPT = (
     "first_norm", "other_norm", "max_abs", "max_token", "max_dim", "norm_magnification", "delta_frac", "delta_kl",
     "delta_c_up", "delta_c_gate", "delta_c_down", "ffn_magnification", "ffn_share", "sink_mass",
 )  # fmt: skip
+ACTIVATIONS = ("act_fn", "activation_fn")  # the FFN's act() module: Llama, Qwen, Mistral, Gemma; Phi-3
 RELATIVE = {"other_norm", "norm_magnification", "delta_frac", "delta_kl", "delta_c_up", "delta_c_gate",
             "delta_c_down", "ffn_magnification", "sink_mass"}  # fmt: skip
 
@@ -64,7 +66,7 @@ class Tokens:
     first: torch.Tensor  # (B,) long
 
     @classmethod
-    def from_mask(cls, attention_mask: torch.Tensor) -> "Tokens":
+    def from_mask(cls, attention_mask: torch.Tensor) -> Tokens:
         real = attention_mask.bool()
         return cls(real=real, first=real.int().argmax(-1))
 
@@ -160,7 +162,7 @@ class PromptStats:
     other_tokens: int = 0
 
     @classmethod
-    def empty(cls, prompts: int, layers: int, d: int) -> "PromptStats":
+    def empty(cls, prompts: int, layers: int, d: int) -> PromptStats:
         return cls(
             values={name: torch.full((prompts, layers), math.nan, dtype=torch.float64) for name in PER_PROMPT},
             input_first_norm=torch.full((prompts,), math.nan, dtype=torch.float64),
@@ -187,13 +189,17 @@ class Recorder:
         self.branch: dict[int, torch.Tensor] = {}  # within one forward: ||branch_t|| per layer
 
     @contextmanager
-    def installed(self) -> Iterator["Recorder"]:
+    def installed(self) -> Iterator[Recorder]:
         handles = [self.parts[0].layer.register_forward_pre_hook(self.on_input, with_kwargs=True)]
         for part in self.parts:
             l = part.index
             handles.append(part.attention.register_forward_hook(lambda _m, _i, out, l=l: self.on_attention(l, out)))
             handles.append(part.ffn_norm.register_forward_hook(lambda _m, i, out, l=l: self.on_ffn_norm(l, i[0], out)))
-            for role, module in part.ffn_projections().items():
+            measured = {role: m for role, m in part.ffn_projections().items() if role != "gate"}
+            activation = ffn_activation(part.ffn)
+            if activation is not None:  # the gate is measured after its activation
+                measured["gate"] = activation
+            for role, module in measured.items():
                 handles.append(module.register_forward_hook(lambda _m, _i, out, l=l, r=role: self.on_projection(l, r, out)))
             branch = part.post_ffn_norm if part.post_ffn_norm is not None else part.ffn
             handles.append(branch.register_forward_hook(lambda _m, _i, out, l=l: self.on_branch(l, out)))
@@ -230,13 +236,10 @@ class Recorder:
             self.stats.other_tokens += int(self.tokens.rest.sum())
 
     def on_projection(self, l: int, role: str, out: torch.Tensor) -> None:
-        out = out.float()
+        """ΔC of an up/down projection's output, of act(gate) for role 'gate', or of the up half of a fused gate_up."""
         if role == "gate_up":
-            gate, up = out.chunk(2, dim=-1)
-            self.on_projection(l, "gate", gate)
-            self.on_projection(l, "up", up)
-            return
-        self.put(f"delta_c_{role}", l, first_minus_rest(concentration(out), self.tokens))
+            role, out = "up", out.chunk(2, dim=-1)[1]
+        self.put(f"delta_c_{role}", l, first_minus_rest(concentration(out.float()), self.tokens))
 
     def on_branch(self, l: int, out) -> None:
         norms = (out[0] if isinstance(out, tuple) else out).float().norm(dim=-1)
@@ -256,6 +259,11 @@ class Recorder:
         self.put("max_dim", l, dim)
         unit = first_value(h, self.tokens)
         self.stats.unit_sum[l] += (unit / unit.norm(dim=-1, keepdim=True)).sum(0).double().cpu()
+
+
+def ffn_activation(ffn: nn.Module) -> nn.Module | None:
+    """The module that applies act() to the FFN's gate projection, or None."""
+    return next((m for name in ACTIVATIONS if isinstance(m := getattr(ffn, name, None), nn.Module)), None)
 
 
 @contextmanager

@@ -442,8 +442,11 @@ def _barrier(args) -> None:
 # WeMask on the trained model
 
 
-def requested_wemask(opts: dict, loaded, args) -> WeMaskConfig:
-    """The WeMaskConfig the flags ask for (r=0 when no --mask-rate), mode recorded; dims chosen at install."""
+def requested_wemask(opts: dict, loaded, args, provenance: dict) -> WeMaskConfig:
+    """The WeMaskConfig the flags ask for, mode recorded; dims chosen at install.
+
+    Without --mask-rate: the model's saved config, keeping its saved mode unless --mode is given, else r=0.
+    """
     from ..masking import MaskFlags, configs_from_flags
 
     flags = MaskFlags(
@@ -456,7 +459,8 @@ def requested_wemask(opts: dict, loaded, args) -> WeMaskConfig:
     )
     try:
         with args.main_process_first(desc="locating the ME layer"):
-            (config,) = configs_from_flags(flags, loaded, mode=opts["mode"])
+            mode_given = opts["mask_rate"] is not None or provenance["wemask"]["mode"] != "default"
+            (config,) = configs_from_flags(flags, loaded, mode=opts["mode"] if mode_given else None)
     except ModuleNotFoundError as err:
         if "locate" not in (err.name or ""):
             raise
@@ -487,7 +491,7 @@ def install_on_model(trainer, config: WeMaskConfig, ctx: TrainContext) -> WeMask
     """
     from ..method.mask import apply_wemask
 
-    if not config.active:  # r = 0: nothing to install (apply_wemask needs me_layer even then)
+    if not config.active:  # r = 0: nothing to install, and no need to gather sharded weights
         return config.with_updates(dims=None)
     with _zero3_gather(trainer.model):
         handle = apply_wemask(trainer.model, config)
@@ -500,20 +504,17 @@ def free_mode_dims(model, config: WeMaskConfig) -> WeMaskConfig:
     """For free mode: the dims `wemask infer` would pick on the weights being saved (SPEC: a function of the
     weights at the moment the mask is applied). Falls back to the recorded dims when weights are sharded or the
     selection needs a forward pass (select=activation)."""
-    from ..method.arch import resolve_layers
+    from ..method.arch import base_model, resolve_layers
     from ..method.mask import apply_wemask
 
     if not config.active or config.select == "activation":
         return config
-    try:
-        weight = resolve_layers(model)[0].attn_norm.weight
-        if weight.dim() != 1 or weight.numel() == 0:
-            return config
-        handle = apply_wemask(model, config.with_updates(dims=None))
-        handle.remove()
-        return handle.config
-    except Exception:  # sharded/odd parameters: keep the dims chosen at the start
-        return config
+    weight = resolve_layers(model)[0].attn_norm.weight
+    if weight.dim() != 1 or weight.numel() != getattr(base_model(model).config, "hidden_size", None):
+        return config  # sharded (ZeRO-3, FSDP): keep the dims chosen at the start
+    handle = apply_wemask(model, config.with_updates(dims=None))
+    handle.remove()
+    return handle.config
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -692,7 +693,8 @@ def write_metrics(trainer, output, ctx: TrainContext, config: WeMaskConfig, seco
 # LoRA
 
 
-def lora_config(opts: dict):
+def lora_config(opts: dict, model):
+    """PEFT's LoraConfig for --use-peft (else None); every named target must be a module of `model`."""
     if not opts["use_peft"]:
         return None
     from peft import LoraConfig
@@ -700,6 +702,17 @@ def lora_config(opts: dict):
     targets = opts["lora_target_modules"]
     if isinstance(targets, str):
         targets = targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()]
+    if isinstance(targets, (list, tuple)):  # PEFT matches a name or a dotted suffix of one; a miss is its traceback
+        names = [name for name, _ in model.named_modules()]
+        unknown = [t for t in targets if not any(n == t or n.endswith(f".{t}") for n in names)]
+        if unknown:
+            import torch
+
+            linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+            raise WeMaskError(
+                f"--lora-target-modules: {', '.join(map(str, unknown))} is not a module of this model; "
+                f"use names like {','.join(linear[:8])}, or all-linear"
+            )
     return LoraConfig(
         r=int(opts["lora_r"]),
         lora_alpha=int(opts["lora_alpha"]),
@@ -757,7 +770,7 @@ def run(stage: Stage, options: TrainOptions, extra_args: list[str] = (), callbac
     loaded = load_model(model_spec, dtype=opts["dtype"], quantization=quantization)
     if resume_from:
         config = WeMaskConfig.load(resume_from) if (Path(resume_from) / CONFIG_NAME).is_file() else None
-        asked = requested_wemask(opts, loaded, args) if opts["mask_rate"] is not None else None
+        asked = requested_wemask(opts, loaded, args, provenance) if opts["mask_rate"] is not None else None
         if config is None:
             config = asked or WeMaskConfig(mode=opts["mode"])
         elif asked is not None and asked.with_updates(dims=None, seed=config.seed) != config.with_updates(dims=None):
@@ -765,13 +778,13 @@ def run(stage: Stage, options: TrainOptions, extra_args: list[str] = (), callbac
                 f"--resume: the run was started with WeMask {config.describe()}, not {asked.describe()}: resume with the same flags"
             )
     else:
-        config = requested_wemask(opts, loaded, args)
+        config = requested_wemask(opts, loaded, args, provenance)
     record = RunRecord(stage, opts, args, provenance, resume_from)
     record.source, record.data_format = loaded.source, fmt.name
     interrupt = Interrupt()
     ctx = TrainContext(
         stage=stage, options=opts, args=args, loaded=loaded, train_dataset=train_dataset, eval_dataset=eval_dataset,
-        data_format=fmt, peft_config=lora_config(opts), wemask=config,
+        data_format=fmt, peft_config=lora_config(opts, loaded.model), wemask=config,
         callbacks=[*(callbacks or []), make_callbacks(record), interrupt.callback()],
     )
     trainer = stage.build_trainer(ctx)
