@@ -328,6 +328,16 @@ def test_cli_errors_are_one_line_exit_2(monkeypatch, capsys, tiny_model_dir, tmp
     assert loads == []  # flags and data are checked before the model is loaded
 
 
+@pytest.mark.parametrize("name, task", [("latin1.txt", "perplexity"), ("latin1.jsonl", "choice")])
+def test_non_utf8_data_is_one_line(monkeypatch, capsys, tiny_model_dir, tmp_path, name, task):
+    data = tmp_path / name
+    data.write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+    code, _, err = run_main(
+        monkeypatch, capsys, "eval", "--model", tiny_model_dir, "--task", task, "--data", str(data), "--output", str(tmp_path / "o")
+    )
+    assert code == 2 and err == f"wemask: error: --data {data} is not UTF-8 text (byte 3 does not decode): save it as UTF-8\n"
+
+
 def test_bad_row_is_reported_with_its_line(monkeypatch, capsys, tiny_model_dir, tmp_path):
     data = write_jsonl(tmp_path / "c.jsonl", [
         {"question": "ok", "choices": ["a", "b"], "answer": 0},

@@ -463,3 +463,21 @@ def test_trainer_me_layer_auto_saves_the_located_layer(count_locates, monkeypatc
     assert code in (0, None), err
     assert f"ME layer (auto): {EMBEDDED_ME} (0-based)" in err and len(count_locates) == 1
     assert json.loads((out / "wemask_config.json").read_text())["me_layer"] == EMBEDDED_ME
+
+
+def test_cli_checks_outputs_and_prompt_encoding_before_loading(monkeypatch, capsys, tmp_path):
+    from wemask_cli import models
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    out_json, out_png, latin1 = tmp_path / "r.json", tmp_path / "p.png", tmp_path / "prompts.txt"
+    out_json.write_text("keep")
+    out_png.write_text("keep")
+    latin1.write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+    for args, message in (
+        (["--json", str(out_json)], f"{out_json} exists: pass --overwrite to replace it (or choose another path)"),
+        (["--json", str(tmp_path / "new.json"), "--plot", str(out_png)], f"{out_png} exists: pass --overwrite"),
+        (["--prompts", str(latin1)], f"--prompts {latin1} is not UTF-8 text"),
+    ):
+        code, _, err = run_main(monkeypatch, capsys, "locate", *args)
+        assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert out_json.read_text() == out_png.read_text() == "keep"

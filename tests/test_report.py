@@ -101,3 +101,19 @@ def test_report_errors_are_one_line(monkeypatch, capsys, tmp_path):
     (other / "metrics.json").write_text(json.dumps({"accuracy": 0.5}))
     code, _, err = run_main(monkeypatch, capsys, "report", str(other))
     assert code == 2 and "has no 'stage' or 'mask_rate'" in err
+
+
+def test_report_never_replaces_a_file_without_overwrite(monkeypatch, capsys, tmp_path):
+    run = tmp_path / "runs" / "r0.3"
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps({"stage": "sft", "mode": "aware", "mask_rate": 0.3, "train_loss": 2.5}))
+    default_png, out_json = tmp_path / "runs" / "report.png", tmp_path / "rows.json"
+    for path in (default_png, out_json):
+        path.write_text("keep")
+        others = [] if path == default_png else ["--json", str(out_json), "--no-plot"]
+        code, _, err = run_main(monkeypatch, capsys, "report", str(run), *others)
+        assert code == 2 and err == f"wemask: error: {path} exists: pass --overwrite to replace it (or choose another path)\n"
+        assert path.read_text() == "keep"
+    code, _, err = run_main(monkeypatch, capsys, "report", str(run), "--json", str(out_json), "--overwrite")
+    assert code == 0, err
+    assert default_png.read_bytes()[:4] == b"\x89PNG" and json.loads(out_json.read_text())[0]["run"] == str(run)

@@ -16,7 +16,7 @@ from .errors import WeMaskError
 
 app = typer.Typer(
     help="WeMask: mask the massive-activation token's attention input, at inference or while fine-tuning with TRL.\n\n"
-    "Layer indices are 0-based everywhere (layer l is model.model.layers[l]).",
+    "Layer indices are 0-based everywhere (layer l is model.model.layers\\[l]).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -394,7 +394,9 @@ def main() -> None:
         sys.exit(2)
     except typer.Abort:
         sys.exit(130)
-    except typer.TyperException as err:  # click's usage errors: Typer's vendored ClickException derives from it
+    except Exception as err:
+        if not hasattr(err, "format_message"):  # not a click usage error (Typer 0.29 vendors click as typer._click)
+            raise
         message = " ".join(err.format_message().split())
         if message:  # empty for a bare `wemask`, whose help is already printed
             ctx = getattr(err, "ctx", None)  # None for a missing option value: then the command is argv's first word

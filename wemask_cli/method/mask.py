@@ -80,7 +80,7 @@ class AttentionInputMask:
             hidden, args = args[0], args[1:]
         first = first_token_positions(kwargs.get("attention_mask"), kwargs.get("position_ids"), *hidden.shape[:2])
         keep = self.keep.to(device=hidden.device, dtype=hidden.dtype)
-        kwargs["hidden_states"] = torch.where(first.unsqueeze(-1), hidden * keep, hidden)
+        kwargs["hidden_states"] = hidden * torch.where(first.unsqueeze(-1), keep, 1.0)  # x * 1 is exact
         return args, kwargs
 
 
