@@ -48,64 +48,44 @@ MODES = ("aware", "free")
 # Options and stages
 
 
+def option(default: Any = None) -> Any:
+    """A training option: None means 'not given on the command line'; `default` applies below recipe and flags."""
+    return field(default=None, metadata={"default": default})
+
+
 @dataclass
 class TrainOptions:
     """wemask's own training options. None means 'not given on the command line' (then recipe, then default)."""
 
-    model: str | None = None
-    output_dir: str | None = None
-    config: str | None = None  # recipe YAML
-    dataset: str | None = None
-    dataset_split: str | None = None
-    dataset_config: str | None = None
-    dataset_columns: str | None = None  # ours=theirs renames, e.g. prompt=question,completion=answer
-    eval_dataset: str | None = None
-    eval_split: str | None = None
-    mask_rate: float | str | None = None
-    mode: str | None = None
-    me_layer: int | str | None = None
-    select: str | None = None
-    layers: str | None = None
-    strength: float | None = None
-    use_peft: bool | None = None
-    lora_r: int | None = None
-    lora_alpha: int | None = None
-    lora_dropout: float | None = None
-    lora_target_modules: str | None = None
-    load_in_4bit: bool | None = None
-    load_in_8bit: bool | None = None
-    dtype: str | None = None
-    overwrite: bool | None = None
-    resume: bool | None = None
+    model: str | None = option()
+    output_dir: str | None = option()
+    config: str | None = None  # recipe YAML (command line only)
+    dataset: str | None = option()
+    dataset_split: str | None = option("train")
+    dataset_config: str | None = option()
+    dataset_columns: str | None = option()  # ours=theirs renames, e.g. prompt=question,completion=answer
+    eval_dataset: str | None = option()
+    eval_split: str | None = option("train")
+    mask_rate: float | str | None = option()  # None: the model's saved wemask_config.json, else no mask (plain TRL)
+    mode: str | None = option("aware")
+    me_layer: int | str | None = option()
+    select: str | None = option()  # None: WeMaskConfig's defaults (weight, from-me, 1.0), or the saved config
+    layers: str | None = option()
+    strength: float | None = option()
+    use_peft: bool | None = option(False)
+    lora_r: int | None = option(16)
+    lora_alpha: int | None = option(32)
+    lora_dropout: float | None = option(0.05)
+    lora_target_modules: str | None = option()
+    load_in_4bit: bool | None = option(False)
+    load_in_8bit: bool | None = option(False)
+    dtype: str | None = option("auto")
+    overwrite: bool | None = option(False)
+    resume: bool | None = option(False)
     stage_options: dict = field(default_factory=dict)  # a stage's own flags (e.g. dpo's ref_mask), None = not given
 
 
-DEFAULTS: dict[str, Any] = dict(
-    model=None,
-    output_dir=None,
-    dataset=None,
-    dataset_split="train",
-    dataset_config=None,
-    dataset_columns=None,
-    eval_dataset=None,
-    eval_split="train",
-    mask_rate=None,  # None: the model's saved wemask_config.json if it has one, else no mask (plain TRL)
-    mode="aware",
-    me_layer=None,
-    select=None,  # None: WeMaskConfig's defaults (weight, from-me, 1.0), or the model's saved config
-    layers=None,
-    strength=None,
-    use_peft=False,
-    lora_r=16,
-    lora_alpha=32,
-    lora_dropout=0.05,
-    lora_target_modules=None,
-    load_in_4bit=False,
-    load_in_8bit=False,
-    dtype="auto",
-    overwrite=False,
-    resume=False,
-)
+DEFAULTS: dict[str, Any] = {f.name: f.metadata["default"] for f in dataclasses.fields(TrainOptions) if "default" in f.metadata}
 # Keys that make sense only on the command line, never in a recipe.
 CLI_ONLY = ("config", "overwrite", "resume")
 
