@@ -175,3 +175,14 @@ def test_me_layer_auto_shows_a_status_while_locating(monkeypatch, capsys, tiny_m
     assert code == 0, err
     assert "ME layer (auto): 1 (0-based)" in err
     assert shown.index("Locating the ME layer (once per model, cached)...") == shown.index("located") - 1
+
+
+def test_a_runs_recorded_dims_are_reused_at_its_own_rate():
+    from wemask_cli.masking import MaskFlags, configs_from_flags, parse_mask_rates
+    from wemask_cli.models import LoadedModel
+
+    saved = WeMaskConfig(mask_rate=0.3, me_layer=1, mode="aware", dims={1: [5, 9], 2: [0, 7], 3: [1, 2]})
+    loaded = LoadedModel(model=None, tokenizer=None, source="run", saved_wemask=saved)
+    same, other = configs_from_flags(MaskFlags(mask_rate="0.3,0.5"), loaded)
+    assert same.dims == saved.dims and other.dims is None and other.mask_rate == 0.5
+    assert parse_mask_rates("0.3,0,0.3") == [0.3, 0.0]

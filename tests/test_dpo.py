@@ -244,7 +244,7 @@ def test_tiny_recipe_through_the_cli(monkeypatch, capsys, tmp_path, tiny_model_d
     out = tmp_path / "run"
     code, _, err = run_main(
         monkeypatch, capsys, "dpo", "--config", str(RECIPES / "dpo-tiny-cpu.yaml"), "--model", tiny_model_dir,
-        "--output-dir", str(out), "--report-to", "none",
+        "--output-dir", str(out), "--report-to", "none", "--me-layer", "1",
     )  # fmt: skip
     assert code == 0, err
     assert "masked like the policy (--ref-mask same)" in err

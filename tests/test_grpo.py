@@ -362,7 +362,7 @@ def test_tiny_recipe_through_the_cli(monkeypatch, capsys, tmp_path, tiny_model_d
     monkeypatch.setattr(sys, "argv", [
         "wemask", "grpo", "--config", str(ROOT / "recipes" / "grpo-tiny-cpu.yaml"), "--model", tiny_model_dir,
         "--output-dir", str(out), "--report-to", "none", "--max-steps", "1", "--max-completion-length", "4",
-        "--reward", "math", "--reward", f"{length_reward}:0.1", "--no-chat-template",
+        "--reward", "math", "--reward", f"{length_reward}:0.1", "--no-chat-template", "--me-layer", "1",
     ])  # fmt: skip
     with pytest.raises(SystemExit) as exit_info:
         main()

@@ -324,3 +324,10 @@ def test_gemma_adapter_uses_pre_feedforward_norm_and_one_plus_w():
 def test_inactive_config_needs_no_layer():
     handle = apply_wemask(make_tiny_model("llama"), WeMaskConfig(mask_rate=0.0))
     assert handle.hooked_layers == [] and handle.config.dims is None
+
+
+def test_recorded_dims_survive_unchanged_settings_only():
+    recorded = WeMaskConfig(mask_rate=0.3, me_layer=1, dims={1: [0, 1], 2: [3, 4]})
+    assert recorded.with_updates(mask_rate=0.3, me_layer=1, strength=0.5).dims == recorded.dims
+    for change in ({"mask_rate": 0.5}, {"me_layer": 2}, {"select": "random"}, {"layers": "all"}, {"seed": 1}):
+        assert recorded.with_updates(**change).dims is None, change

@@ -185,7 +185,7 @@ def test_recipe_value_overridden_by_flag_through_the_cli(monkeypatch, capsys, tm
 
     out = tmp_path / "tiny"
     argv = ["wemask", "sft", "--config", str(ROOT / "recipes" / "sft-tiny-cpu.yaml"), "--model", tiny_model_dir,
-            "-o", str(out), "--max_steps", "2", "--mask-rate", "0.5", "--save-steps", "1"]
+            "-o", str(out), "--max_steps", "2", "--mask-rate", "0.5", "--save-steps", "1", "--me-layer", "1"]
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit) as info:
         main()
@@ -194,7 +194,8 @@ def test_recipe_value_overridden_by_flag_through_the_cli(monkeypatch, capsys, tm
     record = json.loads((out / "wemask_run.json").read_text())
     assert metrics["global_step"] == 2 and metrics["mask_rate"] == 0.5  # flags beat the recipe's 4 steps and r=0.3
     assert record["trl_args"]["learning_rate"] == 1e-3 and record["set_by"]["trl"]["learning_rate"] == "recipe"
-    assert record["options"]["me_layer"] == 1 and record["set_by"]["wemask"]["mask_rate"] == "flag"
+    assert record["set_by"]["wemask"]["me_layer"] == "flag" and record["set_by"]["wemask"]["mask_rate"] == "flag"
+    assert record["set_by"]["wemask"]["mode"] == "recipe" and record["wemask"]["me_layer"] == 1
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
     monkeypatch.setattr(sys, "argv", argv)  # a finished run is never overwritten without --overwrite
     with pytest.raises(SystemExit) as info:

@@ -268,3 +268,18 @@ def test_sft_help_lists_wemask_flags_and_explains_pass_through(monkeypatch, caps
     assert "passes through" in text and "--learning_rate" in text and "accelerate launch" in text
     code, out, _ = run_main(monkeypatch, capsys, "sft", "--help-trl")
     assert code == 0 and "--per_device_train_batch_size" in out and "--packing" in out
+
+
+def test_a_layer_outside_the_model_fails_before_the_trainer_is_built(tiny_model_dir, tmp_path):
+    import dataclasses
+
+    from wemask_cli.train.common import TrainOptions, run
+
+    def never(ctx):
+        raise AssertionError("the trainer must not be built (the data would be tokenized first)")
+
+    stage = dataclasses.replace(sft_stage(), build_trainer=never)
+    options = TrainOptions(model=tiny_model_dir, output_dir=str(tmp_path / "o"), dataset=str(ROOT / "data" / "sft_chat.jsonl"),
+                           mask_rate="0.3", me_layer="99")  # fmt: skip
+    with pytest.raises(WeMaskError, match="me_layer=99 is outside the model: it has 4 layers"):
+        run(stage, options, ["--max-steps", "1"])

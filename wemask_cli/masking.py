@@ -30,7 +30,7 @@ class MaskFlags:
 
 
 def parse_mask_rates(text: str | None) -> list[float] | None:
-    """'0,0.3,1.0' -> [0.0, 0.3, 1.0]; None stays None."""
+    """'0,0.3,1.0' -> [0.0, 0.3, 1.0] (repeats dropped, order kept); None stays None."""
     if text is None:
         return None
     rates = []
@@ -42,7 +42,7 @@ def parse_mask_rates(text: str | None) -> list[float] | None:
         if not 0.0 <= rate <= 1.0:
             raise WeMaskError(f"--mask-rate {rate:g} is out of range: use a number in [0, 1]")
         rates.append(rate)
-    return rates
+    return list(dict.fromkeys(rates))
 
 
 def parse_me_layer(text: str | None) -> int | str | None:

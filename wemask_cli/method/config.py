@@ -16,6 +16,7 @@ SELECTIONS = ("weight", "activation", "random")
 LAYER_RANGES = ("from-me", "me-only", "all")
 TOKEN_RULES = ("first",)
 MODES = ("aware", "free")
+DIMS_DEPEND_ON = ("mask_rate", "me_layer", "select", "layers", "seed")
 
 
 class WeMaskConfigError(WeMaskError, ValueError):
@@ -114,8 +115,8 @@ class WeMaskConfig:
         return list(range(self.me_layer, num_layers))
 
     def with_updates(self, **changes) -> "WeMaskConfig":
-        """A copy with some fields changed; recorded dims are dropped when what they depend on changes."""
-        if any(name in changes for name in ("mask_rate", "me_layer", "select", "layers", "seed")):
+        """A copy with some fields changed; recorded dims are dropped when a field they depend on changes value."""
+        if any(name in changes and changes[name] != getattr(self, name) for name in DIMS_DEPEND_ON):
             changes.setdefault("dims", None)
         return replace(self, **changes)
 

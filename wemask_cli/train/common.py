@@ -437,15 +437,21 @@ def requested_wemask(opts: dict, loaded, args, provenance: dict) -> WeMaskConfig
         strength=opts["strength"],
         seed=args.seed if opts["mask_rate"] is not None else None,  # used by select=random
     )
-    try:
-        with args.main_process_first(desc="locating the ME layer"):
-            mode_given = opts["mask_rate"] is not None or provenance["wemask"]["mode"] != "default"
-            (config,) = configs_from_flags(flags, loaded, mode=opts["mode"] if mode_given else None)
-    except ModuleNotFoundError as err:
-        if "locate" not in (err.name or ""):
-            raise
-        raise WeMaskError("--me-layer auto needs wemask's locate module, missing here: give --me-layer N") from None
-    return config or WeMaskConfig(mode=opts["mode"])
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    from ..method.arch import decoder_layers
+
+    if flags.layer == "auto" and is_deepspeed_zero3_enabled():
+        raise WeMaskError(
+            "--me-layer auto cannot locate on ZeRO-3-partitioned weights: run `wemask locate --model M` once and pass --me-layer N"
+        )
+    with args.main_process_first(desc="locating the ME layer"):
+        mode_given = opts["mask_rate"] is not None or provenance["wemask"]["mode"] != "default"
+        (config,) = configs_from_flags(flags, loaded, mode=opts["mode"] if mode_given else None)
+    config = config or WeMaskConfig(mode=opts["mode"])
+    if config.active:  # a layer outside the model fails now, before the data is tokenized
+        config.layer_indices(len(decoder_layers(loaded.model)))
+    return config
 
 
 def _zero3_gather(model):
@@ -655,7 +661,7 @@ def write_metrics(trainer, output, ctx: TrainContext, config: WeMaskConfig, seco
         "global_step": trainer.state.global_step,
         "epoch": trainer.state.epoch,
         "train_loss": summary.get("train_loss"),
-        "final_loss": history[-1][1] if history else None,
+        "final_loss": history[-1][1] if history else summary.get("train_loss"),  # no step logged: the run's mean
         "eval_loss": eval_metrics.get("eval_loss"),
         "runtime_s": round(seconds, 3),
         "train_samples_per_second": summary.get("train_samples_per_second"),
