@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
-import statistics
 import math
+import statistics
 from pathlib import Path
 
 import pytest
