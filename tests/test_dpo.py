@@ -13,8 +13,8 @@ from conftest import run_main
 from wemask_cli.errors import WeMaskError
 from wemask_cli.method.config import WeMaskConfig
 from wemask_cli.method.mask import masked_layers
-from wemask_cli.train.common import TrainOptions, hardware_defaults, resolve
-from wemask_cli.train.dpo import PolicyOnlyMask, dpo, split_implicit_prompt, stage
+from wemask_cli.train.common import TrainOptions, hardware_defaults, resolve, run
+from wemask_cli.train.dpo import PolicyOnlyMask, split_implicit_prompt, stage
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFS = str(ROOT / "data" / "preferences.jsonl")
@@ -30,7 +30,8 @@ ZERO = 1e-6  # |reward| at the first step with --ref-mask same (float tolerance;
 def train(tmp_path, name, model, *, extra=(), dataset=PREFS, split="train[:8]", **options):
     stage_options = {"ref_mask": options.pop("ref_mask", None)}
     options.setdefault("me_layer", 1)
-    return dpo(
+    return run(
+        stage(),
         TrainOptions(model=model, output_dir=str(tmp_path / name), dataset=dataset, dataset_split=split, stage_options=stage_options, **options),
         [*TRL_ARGS, *extra],
     )
@@ -161,8 +162,8 @@ def test_r0_and_free_mode_equal_plain_trl_dpo(tmp_path, tiny_model_dir):
     plain = plain_trl_dpo(tmp_path, tiny_model_dir, rows)
     r0 = train(tmp_path, "r0", tiny_model_dir, mask_rate=0.0)
     free = train(tmp_path, "free", tiny_model_dir, mask_rate=0.5, mode="free")
-    for run in (r0, free):
-        ours = [e for e in run.trainer.state.log_history if "loss" in e]
+    for result in (r0, free):
+        ours = [e for e in result.trainer.state.log_history if "loss" in e]
         assert len(ours) == len(plain) == 2
         for mine, theirs in zip(ours, plain):
             for key in ("loss", "rewards/chosen", "rewards/rejected", "logps/chosen", "grad_norm"):
@@ -258,7 +259,8 @@ def test_tiny_recipe_through_the_cli(monkeypatch, capsys, tmp_path, tiny_model_d
 @pytest.mark.embedded
 def test_embedded_model_short_run(tmp_path, embedded_dir):
     """The default embedded model (no --model): TRL reloads the reference from its converted cache directory."""
-    result = dpo(
+    result = run(
+        stage(),
         TrainOptions(output_dir=str(tmp_path / "emb"), dataset=PREFS, mask_rate=0.3, me_layer=11),
         ["--max-steps", "2", "--per-device-train-batch-size", "1", "--logging-steps", "1", "--max-length", "128",
          "--learning-rate", "1e-5", "--report-to", "none", "--save-strategy", "no", "--seed", "0"],

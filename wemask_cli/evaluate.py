@@ -55,7 +55,6 @@ from .method.config import WeMaskConfig
 TASKS = ("perplexity", "choice", "math", "refusal")
 DETERMINISTIC = ("perplexity", "choice")
 PRIMARY_METRIC = {"perplexity": "perplexity", "choice": "accuracy", "math": "accuracy", "refusal": "refusal_rate"}
-HIGHER_IS_BETTER = {"perplexity": False, "accuracy": True, "accuracy_norm": True, "refusal_rate": False}
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "data" / "eval"
 BUNDLED = {"perplexity": "perplexity.txt", "choice": "choice.jsonl", "math": "math.jsonl", "refusal": "refusal.jsonl"}
 METRICS_FILE = "metrics.json"

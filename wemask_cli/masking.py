@@ -87,20 +87,26 @@ def configs_from_flags(flags: MaskFlags, loaded: LoadedModel, mode: str | None =
         for name, value in (("select", flags.select), ("layers", flags.layers), ("strength", flags.strength), ("seed", flags.seed))
         if value is not None
     }
-    if me_layer is not None:
+    if rates is None and saved is None:
+        if overrides or me_layer is not None:
+            raise WeMaskError("WeMask flags were given without --mask-rate: add --mask-rate R (e.g. 0.3)")
+        return [None]
+    if rates is not None:
+        require_me_layer(rates, me_layer, flags.layers, saved)
+    if me_layer is not None:  # checked first: 'auto' runs a locate
         overrides["me_layer"] = resolve_me_layer(me_layer, loaded)
     if mode is not None:
         overrides["mode"] = mode
     if rates is None:
-        if saved is None:
-            if overrides.keys() - {"mode"}:
-                raise WeMaskError("WeMask flags were given without --mask-rate: add --mask-rate R (e.g. 0.3)")
-            return [None]
         print(f"Applying the WeMask config saved with {loaded.source}: {saved.describe()}", file=sys.stderr)
         return [saved.with_updates(**overrides) if overrides else saved]
     base = saved or WeMaskConfig()
-    if "me_layer" not in overrides and base.me_layer is None and any(r > 0 for r in rates):
-        layers = overrides.get("layers", base.layers)
-        if layers in ("from-me", "me-only"):
-            raise WeMaskError("--mask-rate needs --me-layer: give a 0-based layer index, or 'auto' to locate it")
     return [base.with_updates(mask_rate=rate, **overrides) for rate in rates]
+
+
+def require_me_layer(rates: list[float], me_layer, layers: str | None, saved: WeMaskConfig | None) -> None:
+    """A positive rate masking from the ME layer needs that layer: from --me-layer or the saved config."""
+    base = saved or WeMaskConfig()
+    from_me_layer = (layers or base.layers) in ("from-me", "me-only")
+    if from_me_layer and me_layer is None and base.me_layer is None and any(r > 0 for r in rates):
+        raise WeMaskError("--mask-rate needs --me-layer: give a 0-based layer index, or 'auto' to locate it")

@@ -230,7 +230,7 @@ def read_recipe(path: str | None) -> dict:
     return {str(key).replace("-", "_"): value for key, value in data.items()}
 
 
-def _recipe_path(value: str, recipe: str) -> str:
+def recipe_path(value: str, recipe: str) -> str:
     """A relative path in a recipe: from the current directory, else from the recipe's folder or the one above."""
     path = Path(value).expanduser()
     if path.is_absolute() or path.exists():
@@ -279,7 +279,7 @@ def resolve(stage: Stage, options: TrainOptions, extra_args: list[str]) -> tuple
             resolved[key], source[key] = value, "recipe"
     for key in ("dataset", "eval_dataset", "model"):
         if source.get(key) == "recipe" and resolved[key]:
-            resolved[key] = _recipe_path(str(resolved[key]), options.config)
+            resolved[key] = recipe_path(str(resolved[key]), options.config)
     for key, value in cli_ours.items():
         resolved[key], source[key] = value, "flag"
     # output_dir is both a wemask option and a TRL field: --output-dir > --output_dir (TRL spelling) > recipe
@@ -308,7 +308,7 @@ def resolve(stage: Stage, options: TrainOptions, extra_args: list[str]) -> tuple
 
 def check_options(opts: dict, stage_name: str) -> None:
     """Checks that need no model: fail before anything slow happens."""
-    from ..masking import parse_mask_rates, parse_me_layer
+    from ..masking import parse_mask_rates, parse_me_layer, require_me_layer
 
     if opts["mode"] not in MODES:
         raise WeMaskError(f"--mode {opts['mode']!r} is not valid: use aware (mask in training and inference) or free (inference only)")
@@ -328,12 +328,12 @@ def check_options(opts: dict, stage_name: str) -> None:
         raise WeMaskError("--overwrite and --resume exclude each other: --resume continues the run, --overwrite deletes it")
     if not opts.get("dataset"):
         raise WeMaskError(f"wemask {stage_name}: give --dataset (a local .jsonl/.json/.parquet/.csv file or a hub name)")
-    if rates and rates[0] > 0 and opts["me_layer"] is None and opts["layers"] in (None, "from-me", "me-only"):
+    if rates:
         from ..method.config import find_saved_config
 
         model_dir = Path(str(opts["model"] or "")).expanduser()
-        if not (opts["model"] and model_dir.is_dir() and find_saved_config(model_dir)):
-            raise WeMaskError("--mask-rate needs --me-layer: give a 0-based layer index, or 'auto' to locate it")
+        saved = find_saved_config(model_dir) if opts["model"] and model_dir.is_dir() else None
+        require_me_layer(rates, opts["me_layer"], opts["layers"], saved)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -454,7 +454,23 @@ def requested_wemask(opts: dict, loaded, args, provenance: dict) -> WeMaskConfig
     return config
 
 
-def _zero3_gather(model):
+def install_on_reference(trainer, config: WeMaskConfig):
+    """Give a separate reference model (TRL's `ref_model`) the policy's mask with the same recorded dims.
+
+    Returns the unwrapped reference model, or None when the trainer has none (LoRA: the adapter-disabled policy).
+    """
+    from ..method.mask import apply_wemask
+
+    reference = getattr(trainer, "ref_model", None)
+    if reference is None:
+        return None
+    reference = trainer.accelerator.unwrap_model(reference)
+    with zero3_gather(reference):
+        apply_wemask(reference, config)
+    return reference
+
+
+def zero3_gather(model):
     """Under DeepSpeed ZeRO-3 the norm weights are partitioned: gather them (a collective) to choose dims."""
     import contextlib
 
@@ -479,7 +495,7 @@ def install_on_model(trainer, config: WeMaskConfig, ctx: TrainContext) -> WeMask
 
     if not config.active:  # r = 0: nothing to install, and no need to gather sharded weights
         return config.with_updates(dims=None)
-    with _zero3_gather(trainer.model):
+    with zero3_gather(trainer.model):
         handle = apply_wemask(trainer.model, config)
     if config.mode == "free":
         handle.remove()

@@ -28,7 +28,7 @@ from typing import Any
 from ..errors import WeMaskError
 from ..method.config import WeMaskConfig
 from ..method.mask import AttentionInputMask, apply_wemask, remove_wemask
-from .common import Stage, TrainContext, TrainOptions, _zero3_gather, install_on_model, run, say
+from .common import Stage, TrainContext, install_on_model, install_on_reference, say, zero3_gather
 
 REF_MASKS = ("same", "none")
 HH_ASSISTANT = "\n\nAssistant:"
@@ -240,7 +240,7 @@ def build_trainer(ctx: TrainContext):
     preinstalled = None
     masked_reference = config.mode == "aware" and config.active and ref_mask == "same"
     if args.precompute_ref_log_probs and masked_reference:
-        with _zero3_gather(model):
+        with zero3_gather(model):
             preinstalled = apply_wemask(model, config).config
         train_dataset = name_masked_reference(train_dataset, preinstalled)
         eval_dataset = name_masked_reference(eval_dataset, preinstalled)
@@ -281,11 +281,10 @@ def install_mask(trainer, config: WeMaskConfig, ctx: TrainContext) -> WeMaskConf
     ref_mask = trainer.wemask_ref_mask
     aware = config.mode == "aware" and config.active
     if aware and trainer.ref_model is not None:
-        reference = trainer.accelerator.unwrap_model(trainer.ref_model)
-        models.append(reference)
         if ref_mask == "same":
-            with _zero3_gather(reference):
-                apply_wemask(reference, config)  # the policy's dims, recorded in config
+            models.append(install_on_reference(trainer, config))
+        else:
+            models.append(trainer.accelerator.unwrap_model(trainer.ref_model))
     if aware and ref_mask == "none" and trainer.ref_model is None and _is_peft(trainer.model):
         policy_only_hooks(trainer.model)  # TRL's reference pass runs through these same modules
     trainer.wemask_handle = DPOMaskHandle(config, models)
@@ -320,6 +319,3 @@ def stage() -> Stage:
         extra_metrics=extra_metrics,
     )
 
-
-def dpo(options: TrainOptions, extra_args: list[str] = (), callbacks: list | None = None):
-    return run(stage(), options, extra_args, callbacks=callbacks)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import WeMaskError
-from .common import Stage, TrainContext, TrainOptions, install_on_model, run
+from .common import Stage, TrainContext, install_on_model, install_on_reference
 
 DEFAULT_REWARDS = ("math",)
 GSM8K_COLUMNS = ("question", "answer")
@@ -85,9 +85,9 @@ def recipe_relative(spec: str, recipe: str | None) -> str:
     location, sep, rest = spec.partition(".py:")
     if not sep or not recipe:
         return spec
-    from .common import _recipe_path
+    from .common import recipe_path
 
-    return _recipe_path(location + ".py", recipe) + ":" + rest
+    return recipe_path(location + ".py", recipe) + ":" + rest
 
 
 def check_rewards(opts: dict, args) -> tuple[list, list[float]]:
@@ -189,18 +189,11 @@ def install_mask(trainer, config, ctx: TrainContext):
     In aware mode the reference policy is the starting model *with* the mask (as under LoRA, where TRL's
     reference is the same hooked model with the adapter disabled), with the same recorded dims.
     """
-    from ..method.mask import apply_wemask
-    from .common import _zero3_gather
-
     config = install_on_model(trainer, config, ctx)
     if config.mode == "aware" and config.active:
         if getattr(trainer, "use_vllm", False):
             raise WeMaskError(VLLM_REFUSAL)
-        ref = getattr(trainer, "ref_model", None)
-        if ref is not None:
-            ref = trainer.accelerator.unwrap_model(ref)
-            with _zero3_gather(ref):
-                apply_wemask(ref, config)
+        install_on_reference(trainer, config)
     return config
 
 
@@ -239,6 +232,3 @@ def stage() -> Stage:
         extra_metrics=extra_metrics,
     )
 
-
-def grpo(options: TrainOptions, extra_args: list[str] = (), callbacks: list | None = None):
-    return run(stage(), options, extra_args, callbacks=callbacks)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import Stage, TrainContext, TrainOptions, run
+from .common import Stage, TrainContext
 
 
 def build_trainer(ctx: TrainContext):
@@ -24,6 +24,3 @@ def stage() -> Stage:
 
     return Stage(name="sft", config_class=SFTConfig, build_trainer=build_trainer)
 
-
-def sft(options: TrainOptions, extra_args: list[str] = (), callbacks: list | None = None):
-    return run(stage(), options, extra_args, callbacks=callbacks)
