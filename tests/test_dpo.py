@@ -13,8 +13,11 @@ from conftest import run_main
 from wemask_cli.errors import WeMaskError
 from wemask_cli.method.config import WeMaskConfig
 from wemask_cli.method.mask import masked_layers
-from wemask_cli.train.common import TrainOptions, hardware_defaults, resolve, run
-from wemask_cli.train.dpo import PolicyOnlyMask, split_implicit_prompt, stage
+from wemask_cli.train.dpo import DPOStage as stage
+from wemask_cli.train.dpo import PolicyPass, split_implicit_prompt
+from wemask_cli.train.options import TrainOptions
+from wemask_cli.train.resolve import hardware_defaults, resolve
+from wemask_cli.train.run import run
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFS = str(ROOT / "data" / "preferences.jsonl")
@@ -80,18 +83,23 @@ def test_hooks_on_policy_and_reference_and_removal_removes_both(tmp_path, tiny_m
     trainer = full.trainer
     layers = masked_layers(trainer.model)
     assert layers == [1, 2, 3] and masked_layers(trainer.ref_model) == layers
-    assert trainer.wemask_handle.remove() == 6
+    full.stage.installation.remove()
     assert masked_layers(trainer.model) == [] and masked_layers(trainer.ref_model) == []
 
     unmasked_ref = train(tmp_path, "none", tiny_model_dir, mask_rate=0.5, ref_mask="none").trainer
     assert masked_layers(unmasked_ref.model) == [1, 2, 3] and masked_layers(unmasked_ref.ref_model) == []
 
-    lora = train(tmp_path, "lora", tiny_model_dir, mask_rate=0.5, ref_mask="none", use_peft=True).trainer
-    hooks = [h for m in lora.model.modules() for h in m._forward_pre_hooks.values() if isinstance(h, PolicyOnlyMask)]
-    assert len(hooks) == 3 and not hooks[0].is_reference_pass()
-    with lora.model.disable_adapter():
-        assert hooks[0].is_reference_pass()
-    assert lora.wemask_handle.remove() == 3 and masked_layers(lora.model) == []
+    result = train(tmp_path, "lora", tiny_model_dir, mask_rate=0.5, ref_mask="none", use_peft=True)
+    (mask,) = result.stage.installation.installed
+    predicates = {record.hook.active for item in mask.items for record in item.records}
+    assert len(predicates) == 1 and isinstance(next(iter(predicates)), PolicyPass)
+    policy_pass = next(iter(predicates))
+    assert policy_pass()
+    with result.trainer.model.disable_adapter():
+        assert not policy_pass()
+    assert masked_layers(result.trainer.model) == [1, 2, 3]
+    result.stage.installation.remove()
+    assert masked_layers(result.trainer.model) == []
 
 
 def test_precomputed_reference_follows_ref_mask(tmp_path, tiny_model_dir):
@@ -233,11 +241,13 @@ def test_cli_errors_are_one_line_exit_2(monkeypatch, capsys, tmp_path, tiny_mode
 
 
 def test_recipes_resolve():
-    opts, args, _ = resolve(stage(), TrainOptions(config=str(RECIPES / "dpo-hh-qwen3-4b.yaml")), [])
+    r = resolve(stage(), TrainOptions(config=str(RECIPES / "dpo-hh-qwen3-4b.yaml")), [])
+    opts, args = r.opts, r.args
     assert (opts["model"], opts["dataset"], opts["dataset_split"]) == ("Qwen/Qwen3-4B", "Anthropic/hh-rlhf", "train[:3000]")
     assert (args.learning_rate, args.max_length) == (5e-6, 1024)
     assert args.per_device_train_batch_size * args.gradient_accumulation_steps * 8 == 8
-    opts, args, _ = resolve(stage(), TrainOptions(config=str(RECIPES / "dpo-tiny-cpu.yaml"), output_dir="x"), ["--beta", "0.2"])
+    r = resolve(stage(), TrainOptions(config=str(RECIPES / "dpo-tiny-cpu.yaml"), output_dir="x"), ["--beta", "0.2"])
+    opts, args = r.opts, r.args
     assert Path(opts["dataset"]).is_file() and opts["ref_mask"] == "same" and args.beta == 0.2
 
 

@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import statistics
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,27 +15,31 @@ from conftest import make_tiny_model, run_main
 
 from wemask_cli import WeMaskConfig, apply_wemask
 from wemask_cli import models as models_module
-from wemask_cli.evaluate import (
-    EvalSettings,
-    continuation_pairs,
-    grade_math,
-    load_eval_data,
-    make_windows,
-    refusal_match,
-    score_choice,
-    score_continuations,
-    score_perplexity,
-)
+from wemask_cli.eval.data import EvalData
+from wemask_cli.eval.scoring import score_options
+from wemask_cli.eval.settings import EvalSettings
+from wemask_cli.eval.tasks import ChoiceTask, PerplexityTask, refusal_match
+from wemask_cli.eval.tasks.math import grade_math
 from wemask_cli.method.mask import masked_layers
 from wemask_cli.rewards import answers_match, extract_answer
 
 ROOT = Path(__file__).resolve().parent.parent
-PPL_TEXT = ROOT / "data" / "eval" / "perplexity.txt"
+PPL_TEXT = ROOT / "wemask_cli" / "resources" / "eval" / "perplexity.txt"
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
+
+
+def load_eval_data(settings: EvalSettings) -> EvalData:
+    return settings.task_class()(settings).load()
+
+
+def choice_task(rows: list[dict], tokenizer, template: str = "Question: {question}\nAnswer:", **extra):
+    """A choice task on in-memory rows, prepared for a 256-position model."""
+    task = ChoiceTask(EvalSettings(task="choice", prompt_template=template, **extra).resolved())
+    return task, task.prepare(tokenizer, EvalData("choice", "test rows", rows=rows), 256)
 
 
 # ------------------------------------------------------------------------------------------ refusal
@@ -94,33 +99,42 @@ def test_choice_scores_equal_hand_computed_logliks(tiny_tokenizer):
         {"question": "What is 12 plus 30?", "choices": ["42", "the lazy dog", "72"], "answer": 0},
         {"question": "Which one jumps?", "choices": ["The quick brown fox", "clips"], "answer": 1},
     ]
-    pairs = continuation_pairs(tiny_tokenizer, rows, "Question: {question}\nAnswer:", chat_template=False)
-    assert len(pairs) == 5 and pairs[0][0] == pairs[1][0]
-    assert pairs[0][1] == tiny_tokenizer(" 42", add_special_tokens=False).input_ids
-    expected = [hand_loglik(model, ctx, opt) for ctx, opt in pairs]
-    # batch 3: rows of different lengths share a right-padded batch
-    got = score_continuations(model, pairs, tiny_tokenizer.pad_token_id, batch_size=3)
-    assert got == pytest.approx(expected, abs=1e-4)
-    metrics, n, records = score_choice(model, tiny_tokenizer, rows, pairs, tiny_tokenizer.pad_token_id, 2, False, lambda k: None)
-    assert n == 2
-    assert records[0]["pred"] == max(range(3), key=lambda i: expected[i])
-    assert records[1]["pred"] == max(range(2), key=lambda i: expected[3 + i])
-    lengths = [len(" " + c) for row in rows for c in row["choices"]]
-    assert records[1]["pred_norm"] == max(range(2), key=lambda i: expected[3 + i] / lengths[3 + i])
-    assert metrics["accuracy"].value == sum(r["correct"] for r in records) / 2
+    task, prepared = choice_task(rows, tiny_tokenizer)
+    groups = prepared.payload[1]
+    assert len(groups) == 2 and [len(options) for _, options in groups] == [3, 2]
+    assert groups[0][1][0] == tiny_tokenizer(" 42", add_special_tokens=False).input_ids
+    expected = [[hand_loglik(model, ctx, opt) for opt in options] for ctx, options in groups]
+    # batch 1 and 2: contexts of different lengths share a left-padded batch
+    for batch_size in (1, 2):
+        got = score_options(model, groups, tiny_tokenizer.pad_token_id, batch_size=batch_size)
+        assert [x for row in got for x in row] == pytest.approx([x for row in expected for x in row], abs=1e-4)
+    scored = task.evaluate(model, tiny_tokenizer, prepared, 0, 2, lambda k: None)
+    records = scored.records
+    assert scored.n == 2
+    assert records[0]["pred"] == max(range(3), key=lambda i: expected[0][i])
+    assert records[1]["pred"] == max(range(2), key=lambda i: expected[1][i])
+    # acc_norm: divided by the option's own characters, without the " " delimiter (lm-eval's acc_norm)
+    for record, row, sums in zip(records, rows, expected):
+        normed = [total / len(choice) for total, choice in zip(sums, row["choices"])]
+        assert record["pred_norm"] == max(range(len(normed)), key=lambda i: normed[i])
+        assert record["prompt"] == "Question: " + row["question"] + "\nAnswer:"
+        assert record["continuations"] == [" " + c for c in row["choices"]]
+    assert scored.metrics["accuracy"].value == sum(r["correct"] for r in records) / 2
 
 
 def test_choice_scores_with_the_mask_do_not_depend_on_padding(tiny_tokenizer):
-    """Under WeMask r=1 the batched, padded scores still equal unpadded single-sequence scores."""
+    """Under WeMask r=1 the batched, padded, prefix-shared scores still equal unpadded single-sequence scores."""
     model = make_tiny_model("qwen3", vocab_size=len(tiny_tokenizer))
-    rows = [{"question": "Natalia sold clips?", "choices": ["48", "half as many clips in May", "no"], "answer": 0}]
-    pairs = continuation_pairs(tiny_tokenizer, rows, "Q: {question}\nA:", chat_template=False)
-    plain = score_continuations(model, pairs, tiny_tokenizer.pad_token_id, batch_size=3)
+    rows = [{"question": "Natalia sold clips?", "choices": ["48", "half as many clips in May", "no"], "answer": 0},
+            {"question": "What is 2 times 3?", "choices": ["6", "the quick brown fox jumps"], "answer": 0}]
+    _, prepared = choice_task(rows, tiny_tokenizer, "Q: {question}\nA:")
+    groups = prepared.payload[1]
+    plain = score_options(model, groups, tiny_tokenizer.pad_token_id, batch_size=2)
     with apply_wemask(model, WeMaskConfig(mask_rate=1.0, me_layer=0)):
-        expected = [hand_loglik(model, ctx, opt) for ctx, opt in pairs]
-        masked = score_continuations(model, pairs, tiny_tokenizer.pad_token_id, batch_size=3)
-    assert masked == pytest.approx(expected, abs=1e-4)
-    assert masked != pytest.approx(plain, abs=1e-3)
+        expected = [[hand_loglik(model, ctx, opt) for opt in options] for ctx, options in groups]
+        masked = score_options(model, groups, tiny_tokenizer.pad_token_id, batch_size=2)
+    assert [x for r in masked for x in r] == pytest.approx([x for r in expected for x in r], abs=1e-4)
+    assert [x for r in masked for x in r] != pytest.approx([x for r in plain for x in r], abs=1e-3)
 
 
 # --------------------------------------------------------------------------------------- perplexity
@@ -128,32 +142,20 @@ def test_choice_scores_with_the_mask_do_not_depend_on_padding(tiny_tokenizer):
 
 def test_perplexity_equals_the_models_own_loss(tiny_tokenizer):
     model = make_tiny_model("llama", vocab_size=len(tiny_tokenizer))
-    windows = make_windows(tiny_tokenizer, [PPL_TEXT.read_text()], window=24, limit=3, max_positions=256)
-    assert len(windows) == 3 and all(len(w) == 24 for w in windows)
-    metrics, n, records = score_perplexity(model, windows, tiny_tokenizer.pad_token_id, batch_size=2, advance=lambda k: None)
+    task = PerplexityTask(EvalSettings(task="perplexity", window=24, limit=3).resolved())
+    prepared = task.prepare(tiny_tokenizer, EvalData("perplexity", "text", texts=[PPL_TEXT.read_text()]), 256)
+    windows = [w.sequence for w in prepared.payload[0]]
+    assert len(windows) == 3 and all(len(w) == 25 for w in windows)
+    assert windows[0][0] == tiny_tokenizer.eos_token_id  # no BOS: the first token is conditioned on EOS, like lm-eval
+    scored = task.evaluate(model, tiny_tokenizer, prepared, 0, 2, lambda k: None)
     with torch.no_grad():
         ids = torch.tensor(windows)
         loss = model(input_ids=ids, labels=ids).loss
-    assert n == 3 and metrics["perplexity"].value == pytest.approx(math.exp(float(loss)), rel=1e-4)
-    assert [r["tokens"] for r in records] == [23, 23, 23]
-
-
-def test_windows_start_with_bos_when_the_tokenizer_adds_one(tiny_tokenizer):
-    import copy
-
-    from tokenizers.processors import TemplateProcessing
-
-    plain = make_windows(tiny_tokenizer, ["abc " * 200], window=10, limit=None, max_positions=None)
-    assert len(plain) > 3 and all(len(w) == 10 for w in plain[:-1])
-    with_bos = copy.deepcopy(tiny_tokenizer)
-    start = with_bos.convert_tokens_to_ids("<|im_start|>")
-    with_bos.backend_tokenizer.post_processor = TemplateProcessing(single="<|im_start|> $A", special_tokens=[("<|im_start|>", start)])
-    with_bos.bos_token = "<|im_start|>"
-    windows = make_windows(with_bos, ["abc " * 200], window=10, limit=2, max_positions=None)
-    assert len(windows) == 2 and all(w[0] == start and len(w) == 10 for w in windows)
-    assert windows[0][1:] == plain[0][:9]
+    assert scored.n == 3 and scored.metrics["perplexity"].value == pytest.approx(math.exp(float(loss)), rel=1e-4)
+    assert [r["tokens"] for r in scored.records] == [24, 24, 24]
+    too_long = PerplexityTask(EvalSettings(task="perplexity", window=512).resolved())
     with pytest.raises(Exception, match="longer than the model's context"):
-        make_windows(tiny_tokenizer, ["abc"], window=512, limit=None, max_positions=256)
+        too_long.prepare(tiny_tokenizer, EvalData("perplexity", "text", texts=["abc"]), 256)
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -216,22 +218,27 @@ def test_sweep_loads_the_model_once_and_writes_every_output(monkeypatch, capsys,
     )
     assert code == 0, err
     assert len(loads) == 1 and masked_layers(loaded_models[0]) == []
-    assert sorted(p.name for p in out.iterdir()) == ["curve.png", "examples.jsonl", "metrics.json", "results.csv"]
+    files = ["curve.png", "examples.jsonl", "metrics.json", "results.csv"]
+    assert sorted(p.name for p in out.iterdir()) == [".wemask-manifest.json", *files]  # the lock is released
+    assert json.loads((out / ".wemask-manifest.json").read_text())["written"] == files
     doc = json.loads((out / "metrics.json").read_text())
     assert doc["stage"] == "eval" and doc["task"] == "perplexity" and doc["mode"] == "free"
     assert doc["mask_rates"] == [0.0, 0.5, 1.0] and doc["n_examples"] == 3 and doc["unit"] == "windows"
-    assert [r["mask_rate"] for r in doc["results"]] == [0.0, 0.5, 1.0]
-    assert all(r["metric"] == "perplexity" and r["n"] == 3 and r["me_layer"] == 1 for r in doc["results"])
-    assert doc["results"][0]["delta"] == 0 and doc["results"][2]["delta"] != 0 and doc["results"][2]["delta_se"] > 0
+    assert doc["primary_metric"] == "perplexity"
+    assert {r["metric"] for r in doc["results"]} == {"perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte"}
+    ppl = [r for r in doc["results"] if r["metric"] == "perplexity"]
+    assert [r["mask_rate"] for r in ppl] == [0.0, 0.5, 1.0]
+    assert all(r["n"] == 3 and r["me_layer"] == 1 for r in doc["results"])
+    assert ppl[0]["delta"] == 0 and ppl[2]["delta"] != 0 and ppl[2]["delta_se"] > 0
     assert doc["wemask"][0]["mask_rate"] == 0.0 and doc["wemask"][2]["dims"]["3"]
     assert doc["seeds"] == {"count": 1, "varies": "nothing (deterministic task)"}
     rows = list(csv.DictReader((out / "results.csv").open()))
-    assert [float(r["mask_rate"]) for r in rows] == [0.0, 0.5, 1.0] and rows[0]["metric"] == "perplexity"
+    assert [float(r["mask_rate"]) for r in rows if r["metric"] == "perplexity"] == [0.0, 0.5, 1.0]
     assert (out / "curve.png").read_bytes()[:4] == b"\x89PNG"
     assert "perplexity" in stdout and "0.5" in stdout
     # an existing non-empty output directory is refused, --overwrite writes into it
     code, _, err = run_main(monkeypatch, capsys, "eval", "--model", tiny_model_dir, "--task", "perplexity", "--output", str(out))
-    assert code == 2 and "exists and is not empty" in err and len(loads) == 1
+    assert code == 2 and "is not empty (it holds the output of an earlier wemask run)" in err and len(loads) == 1
 
 
 def test_math_end_to_end_on_a_tiny_model(monkeypatch, capsys, tiny_model_dir, tmp_path):
@@ -305,21 +312,30 @@ def test_saved_wemask_config_is_the_default(monkeypatch, capsys, tiny_model_dir,
         (["--task", "sentiment"], "--task 'sentiment' is unknown: use one of perplexity, choice, math, refusal"),
         ([], "no --task given"),
         (["--task", "math", "--data", "/nowhere/gsm8k.jsonl"], "--data /nowhere/gsm8k.jsonl: no such file"),
-        (["--task", "choice", "--question-field", "stem"], "--question-field 'stem': --data"),
-        (["--task", "choice", "--choices-field", "opts"], "has no column 'opts'"),
+        (["--task", "choice", "--question-field", "stem"], "--question-field 'stem': the bundled eval/choice.jsonl does not have"),
+        (["--task", "choice", "--choices-field", "opts"], "does not have a column 'opts'"),
         (["--task", "perplexity", "--seeds", "3"], "the perplexity task is deterministic"),
         (["--task", "math", "--seeds", "2", "--temperature", "0"], "greedy decoding gives the same completions"),
         (["--task", "math", "--prompt-template", "Solve it"], "has no {question} placeholder"),
         (["--task", "choice", "--mask-rates", "0,2"], "--mask-rate 2 is out of range"),
-        (["--lm-eval-tasks", "arc_easy"], "--lm-eval-tasks needs lm-evaluation-harness"),
+        (["--lm-eval-tasks", "arc_easy", "--no-lm-eval"], "--lm-eval-tasks needs lm-evaluation-harness"),
+        (["--lm-eval-tasks", "arc_easyy"], "'arc_easyy' is not an lm-eval task (did you mean arc_easy"),
+        (["--lm-eval-tasks", "arc_easy", "--window", "64", "--data", "x.jsonl"], "--data, --window do not apply to --lm-eval-tasks"),
+        (["--lm-eval-tasks", "arc_easy", "--task", "choice"], "give either --task or --lm-eval-tasks, not both"),
+        (["--task", "choice", "--lm-eval-include", "."], "--lm-eval-include applies to --lm-eval-tasks"),
+        (["--task", "perplexity", "--num-fewshot", "2"], "--num-fewshot applies to the choice and math tasks"),
+        (["--task", "choice", "--stride", "8"], "--stride applies to the perplexity task"),
+        (["--task", "perplexity", "--window", "16", "--stride", "32"], "--stride 32 must be between 1 and --window (16)"),
+        (["--task", "choice", "--batch-size", "many"], "--batch-size 'many' is not valid"),
+        (["--task", "choice", "--num-fewshot", "60"], "--num-fewshot 60 needs more than 60 examples"),
     ],
 )
 def test_cli_errors_are_one_line_exit_2(monkeypatch, capsys, tiny_model_dir, tmp_path, args, message):
-    if args[:1] == ["--lm-eval-tasks"]:
-        import importlib.util
-
-        if importlib.util.find_spec("lm_eval") is not None:
-            pytest.skip("lm_eval is installed here")
+    if "--no-lm-eval" in args:
+        args = [a for a in args if a != "--no-lm-eval"]
+        monkeypatch.setitem(sys.modules, "lm_eval", None)  # as if lm-eval were not installed
+    elif args[:1] == ["--lm-eval-tasks"]:
+        pytest.importorskip("lm_eval")
     loads = []
     monkeypatch.setattr(models_module, "load_model", lambda *a, **k: loads.append(a))
     code, _, err = run_main(monkeypatch, capsys, "eval", "--model", tiny_model_dir, *args, "--output", str(tmp_path / "o"))

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from wemask_cli import WeMaskConfig
-from wemask_cli.evaluate import EvalSettings, load_eval_data, run_sweep
+from wemask_cli.eval.scoring import max_positions
+from wemask_cli.eval.settings import EvalSettings
+from wemask_cli.eval.sweep import run_sweep, wemask_axis
 from wemask_cli.method.mask import masked_layers
 
 pytestmark = pytest.mark.embedded
@@ -13,12 +15,14 @@ ME = 11
 
 
 def test_perplexity_rises_at_r1_and_stays_close_up_to_r07(embedded):
-    settings = EvalSettings(task="perplexity", window=128, limit=4, batch_size=4).resolved()
-    data = load_eval_data(settings)  # the bundled data/eval/perplexity.txt
+    settings = EvalSettings(task="perplexity", window=128, limit=8, batch_size=4).resolved()
+    task = settings.task_class()(settings)
+    data = task.load()  # the bundled eval/perplexity.txt
+    prepared = task.prepare(embedded.tokenizer, data, max_positions(embedded.model))
     configs = [WeMaskConfig(mask_rate=r, me_layer=ME) for r in (0.0, 0.3, 0.7, 1.0)]
-    sweep = run_sweep(embedded, configs, data, settings)
+    sweep = run_sweep(embedded, [wemask_axis(configs)], task, prepared, settings, 4)
     assert masked_layers(embedded.model) == []
-    ppl = {r["mask_rate"]: r for r in sweep.results}
+    ppl = {r["mask_rate"]: r for r in sweep.results if r["metric"] == "perplexity"}
     base = ppl[0.0]["value"]
     assert 5 < base < 200  # a trained model on plain English prose
     for rate in (0.3, 0.7):

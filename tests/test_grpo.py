@@ -4,7 +4,6 @@ checked before the model loads; one short run on the real embedded model with th
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -18,7 +17,8 @@ from wemask_cli.cli import main
 from wemask_cli.method.arch import resolve_layers
 from wemask_cli.method.mask import masked_layers
 from wemask_cli.train import grpo
-from wemask_cli.train.common import TrainOptions, run
+from wemask_cli.train.options import TrainOptions
+from wemask_cli.train.run import run
 
 ROOT = Path(__file__).resolve().parents[1]
 MATH = str(ROOT / "data" / "math_problems.jsonl")
@@ -140,16 +140,20 @@ class MaskCapture:
         return found
 
 
-def capturing_stage(captures: list, mode_layer: int = ME):
-    """grpo.stage() whose install_mask also attaches a MaskCapture (after WeMask's hooks)."""
-    base = grpo.stage()
+class CapturingStage(grpo.GRPOStage):
+    """The GRPO stage, whose install also attaches a MaskCapture (after WeMask's hooks)."""
 
-    def install(trainer, config, ctx):
-        config = base.install_mask(trainer, config, ctx)
-        captures.append(MaskCapture(trainer, mode_layer))
+    def __init__(self, captures: list, mode_layer: int = ME):
+        super().__init__()
+        self.captures, self.mode_layer = captures, mode_layer
+
+    def install(self, trainer, ctx):
+        config = super().install(trainer, ctx)
+        self.captures.append(MaskCapture(trainer, self.mode_layer))
         return config
 
-    return dataclasses.replace(base, install_mask=install)
+
+capturing_stage = CapturingStage
 
 
 @pytest.mark.parametrize("chat", [False, True], ids=["plain-prompts", "chat-prompts"])
@@ -217,7 +221,7 @@ def test_r0_equals_plain_trl_grpo(tmp_path, tiny_model_dir, prompts_file, length
     from wemask_cli.rewards import load_reward
 
     ours = run(
-        grpo.stage(),
+        grpo.GRPOStage(),
         TrainOptions(model=tiny_model_dir, output_dir=str(tmp_path / "r0"), dataset=prompts_file, mask_rate="0",
                      me_layer=str(ME), stage_options={"reward": [length_reward]}),
         flags(),
@@ -314,11 +318,15 @@ def test_check_allows_vllm_in_free_mode_and_without_a_mask(tiny_model_dir):
     def args():
         return GRPOConfig(output_dir="unused", use_cpu=True, bf16=False, use_vllm=True, per_device_train_batch_size=8)
 
+    from wemask_cli.masking import MaskRequest
+    from wemask_cli.train.resolve import Resolved
+
     base = dict(mask_rate="0.3", mode="free", strength=1.0, model=tiny_model_dir, reward=["math", "format:0.5"])
-    loaded, free = {}, args()
-    grpo.check(dict(base), free, loaded)  # free mode: plain GRPO on vLLM
-    assert free.reward_weights == [1.0, 0.5] and len(loaded["funcs"]) == 2
-    grpo.check(dict(base, mode="aware", mask_rate="0"), args(), loaded)  # aware at r = 0: no mask to lose
+    stage, free = grpo.GRPOStage(), args()
+    stage.check(Resolved(dict(base), free, {}, MaskRequest.parse("0.3", strength=1.0), []))  # free mode: plain GRPO on vLLM
+    assert free.reward_weights == [1.0, 0.5] and len(stage.rewards) == 2
+    aware = Resolved(dict(base, mode="aware", mask_rate="0"), args(), {}, MaskRequest.parse("0", strength=1.0), [])
+    stage.check(aware)  # aware at r = 0: no mask to lose
 
 
 def test_gsm8k_layout_becomes_chat_prompts(tiny_tokenizer):
@@ -346,14 +354,16 @@ def test_gsm8k_layout_becomes_chat_prompts(tiny_tokenizer):
 
 
 def test_recipes_resolve():
-    from wemask_cli.train.common import resolve
+    from wemask_cli.train.resolve import resolve
 
-    opts, args, _ = resolve(grpo.stage(), TrainOptions(config=str(ROOT / "recipes" / "grpo-gsm8k-qwen3-4b.yaml")), [])
+    r = resolve(grpo.GRPOStage(), TrainOptions(config=str(ROOT / "recipes" / "grpo-gsm8k-qwen3-4b.yaml")), [])
+    opts, args = r.opts, r.args
     assert (opts["model"], opts["dataset"], opts["dataset_config"]) == ("Qwen/Qwen3-4B", "openai/gsm8k", "main")
     assert (args.learning_rate, args.max_completion_length) == (1e-6, 256)
     assert args.per_device_train_batch_size * args.gradient_accumulation_steps * 8 == 256
     assert opts["reward"] == ["math"] and opts["mode"] == "free" and opts["me_layer"] == 7
-    opts, args, _ = resolve(grpo.stage(), TrainOptions(config=str(ROOT / "recipes" / "grpo-tiny-cpu.yaml"), output_dir="x"), [])
+    r = resolve(grpo.GRPOStage(), TrainOptions(config=str(ROOT / "recipes" / "grpo-tiny-cpu.yaml"), output_dir="x"), [])
+    opts, args = r.opts, r.args
     assert Path(opts["dataset"]).is_file() and opts["reward"] == ["math", "format:0.5"] and args.num_generations == 2
 
 
@@ -383,7 +393,7 @@ def test_tiny_recipe_through_the_cli(monkeypatch, capsys, tmp_path, tiny_model_d
 def test_short_run_on_the_embedded_model_with_the_math_set(tmp_path, embedded_dir):
     out = tmp_path / "embedded"
     result = run(
-        grpo.stage(),
+        grpo.GRPOStage(),
         TrainOptions(model=embedded_dir, output_dir=str(out), dataset=MATH, mask_rate="0.3", me_layer="11",
                      use_peft=True, lora_r=8, stage_options={"reward": ["math", "format:0.5"]}),
         flags(per_device_train_batch_size=2, num_generations=2, max_completion_length=16, max_steps=2,
@@ -400,3 +410,19 @@ def test_short_run_on_the_embedded_model_with_the_math_set(tmp_path, embedded_di
     assert run_record["data_format"] == "question-answer (GSM8K)" and run_record["options"]["reward"] == ["math", "format:0.5"]
     assert masked_layers(result.trainer.model) == list(range(11, 30))
     print(f"\nembedded GRPO: rewards {metrics['reward_history']}, runtime {metrics['runtime_s']} s")
+
+
+def test_an_all_nan_reward_stops_the_run_with_one_line(monkeypatch, capsys, tmp_path, tiny_model_dir, prompts_file):
+    rewards = tmp_path / "nan_rewards.py"
+    rewards.write_text("def nan(completions, **kwargs):\n    return [float('nan')] * len(completions)\n")
+    argv = ["wemask", "grpo", "--model", tiny_model_dir, "--dataset", prompts_file, "--output-dir", str(tmp_path / "o"),
+            "--reward", f"{rewards}:nan", *flags(max_steps=1)]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].endswith(
+        f"reward '{rewards}:nan' returned no number for any of the 4 completions (all NaN or None), so GRPO has nothing "
+        "to learn from: check what it computes"
+    )

@@ -248,7 +248,7 @@ def test_phi3_fused_gate_up_is_split():
 
 @pytest.mark.embedded
 def test_embedded_model_has_one_me_layer_written_by_the_ffn(embedded):
-    from wemask_cli.locate import load_prompts, run_locate
+    from wemask_cli.commands.locate import load_prompts, run_locate
 
     report = run_locate(embedded, load_prompts(None, None, "text", None))
     assert report["me_layer"] == EMBEDDED_ME and report["agreement"] == "16/16" and report["confidence"] == 1.0
@@ -259,6 +259,9 @@ def test_embedded_model_has_one_me_layer_written_by_the_ffn(embedded):
     assert 507 in [s["dim"] for s in report["residual_sink_dims"] if s["layers"] >= 15]
     record = report["layers"][EMBEDDED_ME]
     assert record["delta_kl"] < 0 and record["ffn_magnification"] > 100 and record["first_token_cosine"] > 0.99
+    massive = report["massive_tokens"]  # on SmolLM2 only the first token is massive: --tokens massive = first
+    assert massive["from_layer"] == EMBEDDED_ME and len(massive["prompts"]) == 16 and massive["beyond_first"] == 0
+    assert massive["first_massive"] == 16 and "sit only on the first token in 16/16 prompts" in report["verdict"]
 
     # Independently of the recorder: at the ME layer the FFN branch writes the jump.
     parts = resolve_layers(embedded.model)[EMBEDDED_ME]
@@ -293,7 +296,7 @@ def test_embedded_degenerate_prompts_do_not_break_detection(embedded):
 
 REPORT_KEYS = {"model", "model_type", "num_layers", "layer_indexing", "me_layer", "confidence", "agreement", "jump",
                "me_layer_metrics", "earlier_rises", "metric_peaks", "residual_sink_dims", "verdict", "settings",
-               "prompts", "layers", "mask_rates"}  # fmt: skip
+               "prompts", "layers", "mask_rates", "massive_tokens", "interventions"}  # fmt: skip
 LAYER_KEYS = {"layer", "first_norm", "other_norm", "first_over_other", "step", "max_abs", "max_abs_prompt", "max_abs_token",
               "max_abs_dim", "norm_magnification", "delta_frac", "delta_kl", "delta_c_up", "delta_c_gate", "delta_c_down",
               "ffn_magnification", "ffn_share", "first_token_cosine", "sink_mass", "ffn_norm_weight_mean_abs",
@@ -474,10 +477,71 @@ def test_cli_checks_outputs_and_prompt_encoding_before_loading(monkeypatch, caps
     out_png.write_text("keep")
     latin1.write_bytes("caf\xe9 au lait\n".encode("latin-1"))
     for args, message in (
-        (["--json", str(out_json)], f"{out_json} exists: pass --overwrite to replace it (or choose another path)"),
+        (["--json", str(out_json)], f"{out_json} exists: pass --overwrite to replace it, or choose another name"),
         (["--json", str(tmp_path / "new.json"), "--plot", str(out_png)], f"{out_png} exists: pass --overwrite"),
         (["--prompts", str(latin1)], f"--prompts {latin1} is not UTF-8 text"),
     ):
         code, _, err = run_main(monkeypatch, capsys, "locate", *args)
         assert code == 2 and err.count("\n") == 1 and message in err, err
     assert out_json.read_text() == out_png.read_text() == "keep"
+
+
+# ---------------------------------------------------------------- massive tokens (issue 12)
+
+
+def test_massive_tokens_use_the_median_of_the_tokens_up_to_each(tiny_tokenizer):
+    """The `--tokens massive` rule: over the median of the tokens seen, the first excluded (the first token itself
+    against the median of all the others)."""
+    from types import SimpleNamespace
+
+    from wemask_cli.massive import massive_tokens, prefix_ratio
+
+    norms = torch.tensor([[100.0, 1.0, 2.0, 3.0, 90.0], [100.0, 1.0, 2.0, 3.0, 4.0]])
+    assert torch.allclose(prefix_ratio(norms)[0], torch.tensor([100 / 2, 1 / 1, 2 / 1, 3 / 2, 90 / 2]))
+    ids = [[5, 6, 7, 8, 9]]
+    summary = massive_tokens(SimpleNamespace(norms=[norms]), ids, tiny_tokenizer, from_layer=0)
+    first, last = summary["prompts"][0]["tokens"]
+    assert (first["position"], first["layers"], first["max_ratio"]) == (0, 2, 50.0)
+    assert (last["position"], last["layers"], last["max_ratio"]) == (4, 1, 45.0)
+    assert last["text"] == tiny_tokenizer.decode([9]) and summary["beyond_first"] == 1 and summary["first_massive"] == 1
+    later = massive_tokens(SimpleNamespace(norms=[norms]), ids, tiny_tokenizer, from_layer=1)
+    assert later["beyond_first"] == 0 and [t["position"] for t in later["prompts"][0]["tokens"]] == [0]
+
+
+def test_norms_are_recorded_during_locates_own_pass(tiny_tokenizer):
+    from wemask_cli.massive import recording
+
+    model = make_tiny_model("llama", vocab_size=len(tiny_tokenizer))
+    ids = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [5, 6, 7, 8, 9, 10]]
+    with recording(model, ids) as recorder:
+        method.locate(model, ids, batch_size=2, pad_id=tiny_tokenizer.pad_token_id)
+    for prompt, norms in zip(ids, recorder.norms):
+        with torch.no_grad():
+            hidden = model(torch.tensor([prompt]), output_hidden_states=True).hidden_states
+        expected = torch.stack([h[0].norm(dim=-1) for h in hidden[: len(model.model.layers)]])
+        assert torch.allclose(norms, expected, rtol=1e-4), (norms, expected)
+    assert not model.model._forward_pre_hooks and not model.model.layers[0]._forward_pre_hooks  # hooks removed
+
+
+def test_locate_measures_a_model_with_the_interventions_it_carries(monkeypatch, capsys, tiny_model_dir, tmp_path):
+    from wemask_cli.interventions import install_all
+    from wemask_cli.interventions.gated_norm import GatedNorm
+    from wemask_cli.models import load_model
+
+    plain = load_model(tiny_model_dir, dtype="float32")
+    run_dir = tmp_path / "run"
+    plain.model.save_pretrained(run_dir)
+    plain.tokenizer.save_pretrained(run_dir)
+    installation = install_all(plain.model, [GatedNorm(norms="ffn", rank=2)])
+    with torch.no_grad():
+        for parameter in installation.parameters():
+            parameter.add_(0.5)
+    installation.save(run_dir)
+    reports = {}
+    for name, model in (("plain", tiny_model_dir), ("remedied", str(run_dir))):
+        code, _, err = run_main(monkeypatch, capsys, "locate", "--model", model, "--json", str(tmp_path / f"{name}.json"))
+        assert code == 0, err
+        reports[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    assert reports["plain"]["interventions"] == [] and reports["remedied"]["interventions"] == installation.describe()
+    norms = {name: [r["first_norm"] for r in report["layers"]] for name, report in reports.items()}
+    assert norms["plain"] != norms["remedied"]  # measured with the gates in place

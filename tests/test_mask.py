@@ -216,8 +216,20 @@ def test_reapply_replaces_and_remove_spares_foreign_hooks_and_deep_copies():
     assert masked_layers(twin) == [2, 3]
     assert remove_wemask(model) == 2 and remove_wemask(twin) == 2
     assert masked_layers(model) == [] and masked_layers(twin) == []
-    assert foreign.id in attention._forward_pre_hooks
+    calls = []
     foreign.remove()
+    attention.register_forward_pre_hook(lambda m, a: calls.append(1))
+    apply_wemask(model, WeMaskConfig(mask_rate=0.3, me_layer=1)).remove()
+    logits(model, input_ids=IDS)
+    assert calls == [1], "removing WeMask removed a hook it did not install"
+
+
+def test_handle_removes_only_its_own_hooks():
+    model = make_tiny_model("llama")
+    first = apply_wemask(model, WeMaskConfig(mask_rate=0.3, me_layer=1))
+    twin = copy.deepcopy(model)
+    assert first.remove() == 3 and first.remove() == 0
+    assert masked_layers(model) == [] and masked_layers(twin) == [1, 2, 3]
 
 
 def test_layer_ranges():
@@ -264,7 +276,7 @@ def test_config_roundtrip_reapplies_recorded_dims(tmp_path):
         ({"mask_rate": 0.3, "me_layer": 1, "select": "magic"}, "select='magic' is unknown"),
         ({"mask_rate": 0.3, "me_layer": 1, "layers": "3:1"}, "layers='3:1'"),
         ({"mask_rate": 0.3, "me_layer": 1, "layers": "later"}, "layers='later' is not valid"),
-        ({"mask_rate": 0.3, "me_layer": 1, "tokens": "massive"}, "tokens='massive' is unknown"),
+        ({"mask_rate": 0.3, "me_layer": 1, "tokens": "every"}, "tokens='every' is unknown"),
         ({"mask_rate": 0.3}, "needs me_layer"),
     ],
 )
@@ -331,3 +343,118 @@ def test_recorded_dims_survive_unchanged_settings_only():
     assert recorded.with_updates(mask_rate=0.3, me_layer=1, strength=0.5).dims == recorded.dims
     for change in ({"mask_rate": 0.5}, {"me_layer": 2}, {"select": "random"}, {"layers": "all"}, {"seed": 1}):
         assert recorded.with_updates(**change).dims is None, change
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tokens="massive": every real token whose input norm exceeds MASSIVE_RATIO x the median of what it can see
+
+MASSIVE_IDS = (42, 99)  # IDS[0, 2] and OTHER[0, 2]
+
+
+def inject_massive(model, factor=1000.0):
+    """Make the tokens MASSIVE_IDS carry a massive activation from the embedding on (the residual keeps it)."""
+
+    def scale(module, args, output):
+        chosen = torch.isin(args[0], torch.tensor(MASSIVE_IDS)).unsqueeze(-1)
+        return output * torch.where(chosen, factor, 1.0).to(output.dtype)
+
+    return model.get_input_embeddings().register_forward_hook(scale)
+
+
+def test_massive_masks_the_first_and_every_massive_token(arch):
+    model = make_tiny_model(arch)
+    inject_massive(model)
+    for tokens, zeroed in (("first", [0]), ("massive", [0, 2])):
+        handle = apply_wemask(model, WeMaskConfig(mask_rate=1.0, me_layer=ME, tokens=tokens))
+        after, hooks = capture_attention_inputs(model)
+        model(input_ids=IDS, use_cache=False)
+        for layer in range(ME, 4):
+            nonzero = [int(torch.count_nonzero(after[layer][0, t]) > 0) for t in range(IDS.shape[1])]
+            assert [t for t, n in enumerate(nonzero) if not n] == zeroed, (tokens, layer)
+        handle.remove()
+        for hook in hooks:
+            hook.remove()
+
+
+def test_massive_same_logits_alone_padded_and_packed(arch):
+    model = make_tiny_model(arch)
+    inject_massive(model)
+    apply_wemask(model, WeMaskConfig(mask_rate=0.5, me_layer=ME, tokens="massive"))
+    alone, other = logits(model, input_ids=IDS)[0], logits(model, input_ids=OTHER)[0]
+    first_only = make_tiny_model(arch)
+    inject_massive(first_only)
+    apply_wemask(first_only, WeMaskConfig(mask_rate=0.5, me_layer=ME, tokens="first"))
+    assert not torch.allclose(logits(first_only, input_ids=IDS)[0], alone, atol=1e-4)
+    for side in ("right", "left"):
+        ids, mask, positions, pad = padded_batch(side)
+        for kwargs in ({"position_ids": positions}, {}):
+            out = logits(model, input_ids=ids, attention_mask=mask, **kwargs)
+            torch.testing.assert_close(out[0], alone, atol=1e-4, rtol=1e-4)
+            real = slice(pad, None) if side == "left" else slice(0, OTHER.shape[1])
+            torch.testing.assert_close(out[1, real], other, atol=1e-4, rtol=1e-4)
+    packed = torch.cat([IDS, OTHER], 1)
+    packed_positions = torch.cat([torch.arange(IDS.shape[1]), torch.arange(OTHER.shape[1])])[None]
+    out = logits(model, input_ids=packed, position_ids=packed_positions)[0]
+    torch.testing.assert_close(out[: IDS.shape[1]], alone, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(out[IDS.shape[1] :], other, atol=1e-4, rtol=1e-4)
+
+
+def test_massive_cached_generation_equals_uncached_and_new_tokens_are_never_masked(arch):
+    model = make_tiny_model(arch)
+    inject_massive(model)
+    apply_wemask(model, WeMaskConfig(mask_rate=0.7, me_layer=ME, tokens="massive"))
+    ids, mask, _, pad = padded_batch("left")
+    kwargs = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=None)
+    cached = model.generate(ids, use_cache=True, **kwargs)
+    assert not torch.isin(cached[:, ids.shape[1] :], torch.tensor(MASSIVE_IDS)).any(), "pick other massive ids"
+    assert torch.equal(cached, model.generate(ids, use_cache=False, **kwargs))
+    rows = []
+    resolve_layers(model)[ME].attention.register_forward_pre_hook(
+        lambda _m, _a, kw: rows.append(kw["hidden_states"].detach().clone()), with_kwargs=True
+    )
+    model.generate(IDS, max_new_tokens=3, do_sample=False, pad_token_id=0, eos_token_id=None)
+    prefill, *steps = rows
+    assert steps and all(torch.count_nonzero(step[0, -1]) > 0 for step in steps)
+
+
+def test_massive_is_exact_under_gradient_checkpointing():
+    for arch in ("llama", "gemma3_text"):
+        model = make_tiny_model(arch).train()
+        inject_massive(model, factor=50.0)
+        apply_wemask(model, WeMaskConfig(mask_rate=0.5, me_layer=ME, tokens="massive"))
+        grads = []
+        for checkpointing in (False, True):
+            if checkpointing:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.zero_grad()
+            model(input_ids=IDS, labels=IDS, use_cache=False).loss.backward()
+            grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        for name in grads[0]:
+            torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-6, rtol=1e-5)
+
+
+def test_massive_token_positions_from_each_mask_form():
+    from wemask_cli.method.tokens import MASSIVE_RATIO, massive_token_positions
+
+    norms = torch.tensor([100.0, 1.0, 1.1, 50.0, 0.9, 1.0])
+    hidden = torch.zeros(1, 6, 4)
+    hidden[0, :, 0] = norms
+    expected = [True, False, False, True, False, False]
+    assert massive_token_positions(hidden, None, torch.arange(6)[None]).tolist() == [expected]
+    # left padding (2D mask as flash attention gets it): the pads' norms never count, the first real token is 2
+    padded = torch.cat([torch.full((1, 2, 4), 1e4), hidden], 1)
+    mask2d = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1]])
+    assert massive_token_positions(padded, mask2d, None).tolist() == [[False, False, *expected]]
+    # packed rows restart at position 0: each sequence's tokens are judged against their own sequence only
+    packed = torch.cat([hidden, hidden * 30], 1)
+    positions = torch.cat([torch.arange(6), torch.arange(6)])[None]
+    assert massive_token_positions(packed, None, positions).tolist() == [expected + expected]
+    # 4D additive mask, block diagonal (packed), same answer
+    allowed = torch.block_diag(torch.ones(6, 6), torch.ones(6, 6)).tril().bool()
+    mask4d = torch.zeros(1, 1, 12, 12).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    assert massive_token_positions(packed, mask4d, None).tolist() == [expected + expected]
+    # the threshold: token 3 against the median of tokens 1..3 (1.1; token 0 is excluded); later tokens never count
+    for factor, chosen in ((0.99, False), (1.01, True)):
+        hidden[0, 3, 0] = MASSIVE_RATIO * 1.1 * factor
+        hidden[0, 4:, 0] = 1e3
+        assert massive_token_positions(hidden, None, torch.arange(6)[None])[0, 3].item() is chosen

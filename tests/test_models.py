@@ -77,7 +77,7 @@ def test_a_bad_gguf_is_one_line_with_a_spinner_while_converting(monkeypatch, cap
 
     from conftest import run_main
 
-    from wemask_cli.render import err_console
+    from wemask_cli.render.common import err_console
 
     monkeypatch.setenv("WEMASK_CACHE", str(tmp_path / "cache"))
     shown = []

@@ -10,23 +10,26 @@ from pathlib import Path
 import pytest
 from conftest import run_main
 
-from wemask_cli.report import gather
+from wemask_cli.commands.report import gather
 
-PPL_TEXT = Path(__file__).resolve().parent.parent / "data" / "eval" / "perplexity.txt"
+PPL_TEXT = Path(__file__).resolve().parent.parent / "wemask_cli" / "resources" / "eval" / "perplexity.txt"
 SFT_DATA = Path(__file__).resolve().parent.parent / "data" / "sft_chat.jsonl"
 
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory, tiny_model_dir) -> Path:
-    """A real (tiny) `wemask sft` run: its metrics.json is what train/common.py writes."""
-    from wemask_cli.train.common import TrainOptions, run
-    from wemask_cli.train.sft import stage
+    """A real (tiny) `wemask sft` run, through the command line: its metrics.json is what training writes."""
+    from wemask_cli.cli import main
 
     out = tmp_path_factory.mktemp("trained") / "r0.3"
-    trl = ["--max-steps", "2", "--per-device-train-batch-size", "2", "--max-length", "32", "--save-steps", "2",
-           "--logging-steps", "1", "--report-to", "none"]  # fmt: skip
-    options = TrainOptions(model=tiny_model_dir, output_dir=str(out), dataset=str(SFT_DATA), mask_rate="0.3", me_layer="1")
-    run(stage(), options, trl)
+    args = ["sft", "--model", tiny_model_dir, "--output-dir", str(out), "--dataset", str(SFT_DATA), "--mask-rate", "0.3",
+            "--me-layer", "1", "--max-steps", "2", "--per-device-train-batch-size", "2", "--max-length", "32",
+            "--save-steps", "2", "--logging-steps", "1", "--report-to", "none"]  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("sys.argv", ["wemask", *args])
+        with pytest.raises(SystemExit) as done:
+            main()
+    assert done.value.code in (0, None)
     return out
 
 
@@ -112,8 +115,23 @@ def test_report_never_replaces_a_file_without_overwrite(monkeypatch, capsys, tmp
         path.write_text("keep")
         others = [] if path == default_png else ["--json", str(out_json), "--no-plot"]
         code, _, err = run_main(monkeypatch, capsys, "report", str(run), *others)
-        assert code == 2 and err == f"wemask: error: {path} exists: pass --overwrite to replace it (or choose another path)\n"
+        flag = "--plot" if path == default_png else "--json"
+        assert code == 2 and err == f"wemask: error: {flag} {path} exists: pass --overwrite to replace it, or choose another name\n"
         assert path.read_text() == "keep"
     code, _, err = run_main(monkeypatch, capsys, "report", str(run), "--json", str(out_json), "--overwrite")
     assert code == 0, err
     assert default_png.read_bytes()[:4] == b"\x89PNG" and json.loads(out_json.read_text())[0]["run"] == str(run)
+
+
+def test_report_keeps_quantized_variants_apart(tmp_path):
+    """A `--quantize` sweep's rows at the same rate and mode are separate rows and plot lines, never averaged."""
+    from wemask_cli.commands.report import rows_from_document
+
+    results = [
+        {"mask_rate": r, "mode": "free", "quantize": q, "seed": 0, "metric": "perplexity", "value": v, "se": 0.1, "n": 8}
+        for r, q, v in ((0.0, "none", 22.7), (0.0, "w4a4", 11076.0), (0.3, "none", 23.3), (0.3, "w4a4", 9670.0))
+    ]
+    rows = rows_from_document("run", {"stage": "eval", "task": "perplexity", "results": results}, tmp_path)
+    by_key = {(r["mask_rate"], r["quantize"]): r for r in rows}
+    assert len(rows) == 4 and by_key[(0.0, "w4a4")]["value"] == 11076.0 and by_key[(0.0, "none")]["value"] == 22.7
+    assert by_key[(0.3, "w4a4")]["mode"] == "free · w4a4" and by_key[(0.3, "none")]["mode"] == "free"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import re
+
 import pytest
 
 from wemask_cli.errors import WeMaskError
@@ -218,3 +221,76 @@ def test_load_reward_file_that_fails(tmp_path):
     with pytest.raises(WeMaskError, match="failed to load") as excinfo:
         load_reward(f"{path}:f")
     assert "\n" not in str(excinfo.value)
+
+
+# --- a user's reward, checked as TRL calls it ------------------------------------------------------------------
+
+
+def test_a_function_named_nan_or_inf_is_a_name_not_a_weight():
+    assert parse_reward_spec("my_rewards.py:nan") == ("my_rewards.py:nan", 1.0)
+    assert parse_reward_spec("pkg.mod:inf") == ("pkg.mod:inf", 1.0)
+    assert parse_reward_spec("my_rewards.py:nan:0.5") == ("my_rewards.py:nan", 0.5)
+    with pytest.raises(WeMaskError, match="must be a number"):
+        parse_reward_spec("my_rewards.py:fn:nan")
+
+
+CHECKED_FILE = '''
+import math
+
+def nan(completions, **kwargs):
+    return [math.nan] * len(completions)
+
+def short(completions, **kwargs):
+    return [1.0]
+
+def words(completions, **kwargs):
+    return ["good"] * len(completions)
+
+def nothing(completions, **kwargs):
+    return None
+
+def some_none(completions, **kwargs):
+    return [None] + [1.0] * (len(completions) - 1)
+
+def infinite(completions, **kwargs):
+    return [math.inf] * len(completions)
+
+def broken(completions, **kwargs):
+    return 1 / 0
+
+async def later(completions, **kwargs):
+    return [2.0] * len(completions)
+'''
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("nan", "returned no number for any of the 3 completions (all NaN or None)"),
+        ("short", "returned 1 values for 3 completions"),
+        ("words", "returned a str ('good') for completion 0: rewards must be numbers"),
+        ("nothing", "returned NoneType ('None'), not a list"),
+        ("infinite", "returned inf for completion 0: rewards must be finite"),
+    ],
+)
+def test_bad_reward_answers_are_one_line(tmp_path, name, message):
+    (tmp_path / "checked.py").write_text(CHECKED_FILE)
+    (func,), _ = load_rewards([f"{tmp_path / 'checked.py'}:{name}"])
+    assert func.__name__ == name  # TRL names the reward by it in its logs
+    with pytest.raises(WeMaskError, match=re.escape(message)):
+        func(prompts=["a", "b", "c"], completions=["x", "y", "z"])
+
+
+def test_good_answers_pass_and_errors_in_user_code_are_marked_theirs(tmp_path, capsys):
+    import asyncio
+
+    (tmp_path / "checked.py").write_text(CHECKED_FILE)
+    path = tmp_path / "checked.py"
+    (some_none, nan, broken, later), _ = load_rewards([f"{path}:some_none", f"{path}:nan", f"{path}:broken", f"{path}:later"])
+    assert some_none(completions=["x", "y"]) == [None, 1.0]
+    assert math.isnan(nan(completions=["x"])[0])  # with other rewards: a warning, not an error
+    assert "returned no number" in capsys.readouterr().err
+    with pytest.raises(ZeroDivisionError):
+        broken(completions=["x"])
+    assert "raised inside your reward function" in capsys.readouterr().err
+    assert asyncio.run(later(completions=["x", "y"])) == [2.0, 2.0]

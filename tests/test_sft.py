@@ -16,12 +16,14 @@ import torch
 from transformers import TrainerCallback
 
 from wemask_cli import WeMaskConfig
-from wemask_cli.masking import MaskFlags, configs_from_flags
+from wemask_cli.masking import MaskRequest
 from wemask_cli.method.arch import resolve_layers
 from wemask_cli.method.mask import apply_wemask, masked_layers
 from wemask_cli.models import load_model
-from wemask_cli.train.common import TrainOptions, loss_history, run
-from wemask_cli.train.sft import stage
+from wemask_cli.train.options import TrainOptions
+from wemask_cli.train.records import loss_history
+from wemask_cli.train.run import run
+from wemask_cli.train.sft import SFTStage as stage
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = str(ROOT / "data" / "sft_chat.jsonl")
@@ -96,7 +98,7 @@ def test_free_mode_trains_like_plain_trl_and_inference_applies_the_mask(tmp_path
     assert masked_layers(free.trainer.model) == []
     loaded = load_model(str(tmp_path / "free"), dtype="float32")
     assert loaded.saved_wemask.mode == "free" and loaded.saved_wemask.dims == free.wemask.dims
-    (config,) = configs_from_flags(MaskFlags(), loaded)  # what `wemask infer --model OUT` does
+    (config,) = MaskRequest().configs(loaded)  # what `wemask infer --model OUT` does
     ids = loaded.tokenizer(["The quick brown fox", "What is 12 plus 30?"], return_tensors="pt", padding=True)
     with torch.no_grad():
         before = loaded.model(**ids).logits
@@ -200,7 +202,7 @@ def test_recipe_value_overridden_by_flag_through_the_cli(monkeypatch, capsys, tm
     monkeypatch.setattr(sys, "argv", argv)  # a finished run is never overwritten without --overwrite
     with pytest.raises(SystemExit) as info:
         main()
-    assert info.value.code == 2 and "holds a finished run" in capsys.readouterr().err
+    assert info.value.code == 2 and "holds the output of an earlier wemask run" in capsys.readouterr().err
     monkeypatch.setattr(sys, "argv", [*argv, "--overwrite"])
     with pytest.raises(SystemExit) as info:
         main()

@@ -11,8 +11,15 @@ from conftest import run_main
 
 from wemask_cli.data import detect_format, load_training_data
 from wemask_cli.errors import WeMaskError
-from wemask_cli.train.common import TrainOptions, prepare_output_dir, resolve
-from wemask_cli.train.sft import stage as sft_stage
+from wemask_cli.train.options import TrainOptions
+from wemask_cli.train.resolve import resolve as resolve_settings
+from wemask_cli.train.sft import SFTStage as sft_stage
+
+
+def resolve(stage, options, extra):
+    """(wemask options, TRL config, provenance)."""
+    resolved = resolve_settings(stage, options, extra)
+    return resolved.opts, resolved.args, resolved.provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
@@ -176,28 +183,51 @@ def test_resolve_errors(tmp_path):
 
 
 class Args:
-    process_index, world_size = 0, 1
+    process_index, world_size, resume_from_checkpoint = 0, 1, None
 
 
-def test_output_dir_safety(tmp_path):
+def claim(out, overwrite=False, resume=False):
+    from wemask_cli.train.checkpoints import claim_run_folder
+
+    folder_claim, checkpoint = claim_run_folder(out, {"overwrite": overwrite, "resume": resume}, Args, "sft")
+    folder_claim.release()
+    return checkpoint
+
+
+def checkpoint(out, step, *, state=True, record=True, config=None):
+    path = out / f"checkpoint-{step}"
+    path.mkdir(parents=True)
+    if state:
+        (path / "trainer_state.json").write_text('{"global_step": %d}' % step)
+    if record:
+        (path / "wemask_run.json").write_text("{}")
+    if config is not None:
+        (path / "wemask_config.json").write_text(config)
+    return path
+
+
+def test_output_dir_safety(tmp_path, capsys):
     out = tmp_path / "run"
-    assert prepare_output_dir(out, False, False, Args) is None and out.is_dir()
+    assert claim(out) is None and out.is_dir()
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(WeMaskError, match="is not empty .*pass --resume .* --overwrite"):
-        prepare_output_dir(out, False, False, Args)
-    with pytest.raises(WeMaskError, match="does not look like a training run"):
-        prepare_output_dir(out, True, False, Args)
+    with pytest.raises(WeMaskError, match=r"is not empty \(it holds files \(notes.txt\)\)"):
+        claim(out)
+    with pytest.raises(WeMaskError, match="wemask did not write"):
+        claim(out, overwrite=True)
     with pytest.raises(WeMaskError, match="no complete checkpoint-N"):
-        prepare_output_dir(out, False, True, Args)
-    (out / "checkpoint-3").mkdir()
-    (out / "checkpoint-3" / "trainer_state.json").write_text("{}")
-    (out / "checkpoint-5").mkdir()  # interrupted while saving: no trainer_state.json
-    assert prepare_output_dir(out, False, True, Args) == str(out / "checkpoint-3")
+        claim(out, resume=True)
+    checkpoint(out, 3)
+    checkpoint(out, 5, state=False)  # interrupted while saving: no trainer_state.json
+    checkpoint(out, 7, config='{"mask_rate": 0.3, "dims": ')  # torn wemask_config.json
+    checkpoint(out, 9, record=False)  # killed before wemask's record, the checkpoint's completion mark
+    assert claim(out, resume=True) == str(out / "checkpoint-3")
+    err = capsys.readouterr().err
+    assert "skipping checkpoint-9: no wemask_run.json" in err and "skipping checkpoint-5: no trainer_state.json" in err
+    assert "skipping checkpoint-7: wemask_config.json is torn or invalid" in err and "resuming from checkpoint-3" in err
     (out / "metrics.json").write_text("{}")
     with pytest.raises(WeMaskError, match="holds a finished run"):
-        prepare_output_dir(out, False, True, Args)
-    prepare_output_dir(out, True, False, Args)
-    assert out.is_dir() and not any(out.iterdir())
+        claim(out, resume=True)
+    assert (out / "notes.txt").read_text() == "mine"
 
 
 # --- one line, exit 2 -------------------------------------------------------------------------------------------------
@@ -271,14 +301,13 @@ def test_sft_help_lists_wemask_flags_and_explains_pass_through(monkeypatch, caps
 
 
 def test_a_layer_outside_the_model_fails_before_the_trainer_is_built(tiny_model_dir, tmp_path):
-    import dataclasses
+    from wemask_cli.train.run import run
 
-    from wemask_cli.train.common import TrainOptions, run
+    class Never(sft_stage):
+        def build_trainer(self, ctx):
+            raise AssertionError("the trainer must not be built (the data would be tokenized first)")
 
-    def never(ctx):
-        raise AssertionError("the trainer must not be built (the data would be tokenized first)")
-
-    stage = dataclasses.replace(sft_stage(), build_trainer=never)
+    stage = Never()
     options = TrainOptions(model=tiny_model_dir, output_dir=str(tmp_path / "o"), dataset=str(ROOT / "data" / "sft_chat.jsonl"),
                            mask_rate="0.3", me_layer="99")  # fmt: skip
     with pytest.raises(WeMaskError, match="me_layer=99 is outside the model: it has 4 layers"):

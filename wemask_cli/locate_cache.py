@@ -18,10 +18,10 @@ from pathlib import Path
 
 from torch import nn
 
-from .locate import encode
 from .method import locate as method
 from .method.arch import base_model, model_type
 from .models import LoadedModel, cache_dir
+from .prompts import encode
 
 CACHE_VERSION = 1  # bump when the detection rule changes
 FAST_PROMPTS = (

@@ -1,57 +1,103 @@
-"""From command-line WeMask flags to WeMaskConfigs: one place that every command (infer, train, eval) uses."""
+"""WeMask flags parsed once into a typed `MaskRequest`, and resolved into WeMaskConfigs for a loaded model.
+
+Train, infer and eval all use it: CLI strings and recipe values (numbers, lists) parse the same way, with
+one clear line on bad input, before anything is loaded. Importing this module does not import torch.
+"""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from . import progress
 from .errors import WeMaskError
 from .method.config import WeMaskConfig
-from .models import LoadedModel
+
+if TYPE_CHECKING:
+    from .models import LoadedModel
+
+OVERRIDABLE = ("select", "layers", "strength", "tokens", "seed")  # fields a flag overrides in a saved config
 
 
-@dataclass
-class MaskFlags:
-    """The WeMask flags as typed on the command line (None: not given)."""
+@dataclass(frozen=True)
+class MaskRequest:
+    """What the user asked for; None everywhere means 'nothing given' (the model's saved config, else no mask)."""
 
-    mask_rate: str | None = None  # one rate or a comma list: "0,0.3,1.0"
-    me_layer: str | None = None  # "N" or "auto"
+    rates: list[float] | None = None
+    me_layer: int | str | None = None  # a 0-based layer, "auto", or None
     select: str | None = None
     layers: str | None = None
     strength: float | None = None
+    tokens: str | None = None
     seed: int | None = None
 
-    def __post_init__(self) -> None:
-        """Parse and check the flags before anything is loaded."""
-        self.rates = parse_mask_rates(self.mask_rate)
-        self.layer = parse_me_layer(self.me_layer)
-        probe = dict(select=self.select, layers=self.layers, strength=self.strength)
-        WeMaskConfig(mask_rate=0.0, **{k: v for k, v in probe.items() if v is not None})
+    @classmethod
+    def parse(cls, mask_rate=None, me_layer=None, select=None, layers=None, strength=None, tokens=None, seed=None) -> MaskRequest:
+        """From CLI strings or recipe values: '0,0.3' or 0.3 or [0, 0.3]; 'auto' or '11' or 11."""
+        request = cls(parse_mask_rates(mask_rate), parse_me_layer(me_layer), select, layers, strength, tokens, seed)
+        probe = {name: getattr(request, name) for name in OVERRIDABLE if getattr(request, name) is not None}
+        WeMaskConfig(mask_rate=0.0, **probe)  # checks select, layers, strength, tokens with WeMaskConfig's own messages
+        return request
+
+    def overrides(self) -> dict:
+        """The fields given, as WeMaskConfig keyword arguments (mask rate and ME layer apart)."""
+        return {name: getattr(self, name) for name in OVERRIDABLE if getattr(self, name) is not None}
+
+    def configs(self, loaded: LoadedModel, mode: str | None = None) -> list[WeMaskConfig | None]:
+        """One config per requested rate; without rates, the model's saved config (or no mask: [None]).
+
+        Flags override the saved config field by field; the saved recorded dims are kept when nothing they
+        depend on changed. `auto` runs a quick locate (cached per model).
+        """
+        saved = loaded.saved_wemask
+        overrides = self.overrides()
+        if self.rates is None and saved is None:
+            if overrides or self.me_layer is not None:
+                raise WeMaskError("WeMask flags were given without --mask-rate: add --mask-rate R (e.g. 0.3)")
+            return [None]
+        if self.rates is not None:
+            require_me_layer(self.rates, self.me_layer, self.layers, saved)
+        if self.me_layer is not None:  # checked first: 'auto' runs a locate
+            overrides["me_layer"] = resolve_me_layer(self.me_layer, loaded)
+        if mode is not None:
+            overrides["mode"] = mode
+        if self.rates is None:
+            progress.say(f"Applying the WeMask config saved with {loaded.source}: {saved.describe()}")
+            return [saved.with_updates(**overrides) if overrides else saved]
+        base = saved or WeMaskConfig()
+        return [base.with_updates(mask_rate=rate, **overrides) for rate in self.rates]
 
 
-def parse_mask_rates(text: str | None) -> list[float] | None:
-    """'0,0.3,1.0' -> [0.0, 0.3, 1.0] (repeats dropped, order kept); None stays None."""
-    if text is None:
+def parse_mask_rates(value) -> list[float] | None:
+    """'0,0.3,1.0', 0.3 or [0, 0.3] -> [0.0, 0.3, ...] (repeats dropped, order kept); None stays None."""
+    if value is None:
         return None
+    parts = value if isinstance(value, (list, tuple)) else str(value).split(",")
     rates = []
-    for part in str(text).split(","):
+    for part in parts:
         try:
+            if isinstance(part, bool):
+                raise ValueError
             rate = float(part)
-        except ValueError:
-            raise WeMaskError(f"--mask-rate {text!r}: {part.strip()!r} is not a number; use values in [0, 1], e.g. 0.3 or 0,0.3,1.0") from None
+        except (TypeError, ValueError):
+            shown = str(part).strip()
+            raise WeMaskError(f"--mask-rate {value!r}: {shown!r} is not a number; use values in [0, 1], e.g. 0.3 or 0,0.3,1.0") from None
         if not 0.0 <= rate <= 1.0:
             raise WeMaskError(f"--mask-rate {rate:g} is out of range: use a number in [0, 1]")
         rates.append(rate)
     return list(dict.fromkeys(rates))
 
 
-def parse_me_layer(text: str | None) -> int | str | None:
-    if text is None or text == "auto":
-        return text
+def parse_me_layer(value) -> int | str | None:
+    """'auto', a 0-based layer ('11' or 11), or None."""
+    if value is None or value == "auto":
+        return value
     try:
-        layer = int(text)
-    except ValueError:
-        raise WeMaskError(f"--me-layer {text!r} is not valid: use a 0-based layer index or 'auto'") from None
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError
+        layer = int(value)
+    except (TypeError, ValueError):
+        raise WeMaskError(f"--me-layer {value!r} is not valid: use a 0-based layer index or 'auto'") from None
     if layer < 0:
         raise WeMaskError(f"--me-layer {layer} is not valid: use a 0-based layer index >= 0 or 'auto'")
     return layer
@@ -62,46 +108,15 @@ def resolve_me_layer(me_layer: int | str | None, loaded: LoadedModel) -> int | N
     if me_layer != "auto":
         return me_layer
     from .locate_cache import cached_me_layer
-    from .render import err_console
 
-    with err_console.status("Locating the ME layer (once per model, cached)..."):  # a cache hit ends it at once
+    with progress.status("Locating the ME layer (once per model, cached)..."):  # a cache hit ends it at once
         layer = cached_me_layer(loaded)
     if layer is None:
         raise WeMaskError(
             f"--me-layer auto: no ME layer found in {loaded.source} (no massive activation); give --me-layer N to mask anyway"
         )
-    print(f"ME layer (auto): {layer} (0-based)", file=sys.stderr)
+    progress.say(f"ME layer (auto): {layer} (0-based)")
     return layer
-
-
-def configs_from_flags(flags: MaskFlags, loaded: LoadedModel, mode: str | None = None) -> list[WeMaskConfig | None]:
-    """One config per requested rate; without --mask-rate, the model's saved config (or no mask: [None]).
-
-    Flags override the saved config field by field; the saved recorded dims are kept when nothing they
-    depend on changed.
-    """
-    rates, me_layer = flags.rates, flags.layer
-    saved = loaded.saved_wemask
-    overrides = {
-        name: value
-        for name, value in (("select", flags.select), ("layers", flags.layers), ("strength", flags.strength), ("seed", flags.seed))
-        if value is not None
-    }
-    if rates is None and saved is None:
-        if overrides or me_layer is not None:
-            raise WeMaskError("WeMask flags were given without --mask-rate: add --mask-rate R (e.g. 0.3)")
-        return [None]
-    if rates is not None:
-        require_me_layer(rates, me_layer, flags.layers, saved)
-    if me_layer is not None:  # checked first: 'auto' runs a locate
-        overrides["me_layer"] = resolve_me_layer(me_layer, loaded)
-    if mode is not None:
-        overrides["mode"] = mode
-    if rates is None:
-        print(f"Applying the WeMask config saved with {loaded.source}: {saved.describe()}", file=sys.stderr)
-        return [saved.with_updates(**overrides) if overrides else saved]
-    base = saved or WeMaskConfig()
-    return [base.with_updates(mask_rate=rate, **overrides) for rate in rates]
 
 
 def require_me_layer(rates: list[float], me_layer, layers: str | None, saved: WeMaskConfig | None) -> None:

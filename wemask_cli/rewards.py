@@ -186,8 +186,13 @@ def format_reward(completions, **kwargs) -> list[float]:
 BUILTIN_REWARDS: dict[str, Callable] = {"math": math_reward, "format": format_reward}
 
 
+_WEIGHT_RE = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$")  # digits only: 'nan' or 'inf' is a name
+
+
 def parse_reward_spec(spec: str) -> tuple[str, float]:
-    """Split "target[:weight]" (target: builtin name, file.py:function or module:function) into (target, weight)."""
+    """Split "target[:weight]" (target: builtin name, file.py:function or module:function) into (target, weight).
+
+    A weight is written with digits (0.5, 2, 1e-1): a function named `nan` or `inf` is a name, not a weight."""
     spec = spec.strip()
     parts = spec.split(":")
     if not spec or len(parts) > 3 or not all(parts):
@@ -196,18 +201,14 @@ def parse_reward_spec(spec: str) -> tuple[str, float]:
         )
     if len(parts) == 1:
         return spec, 1.0
-    if len(parts) == 2 and parts[0] not in BUILTIN_REWARDS:
-        try:
-            float(parts[1])
-        except ValueError:
-            return spec, 1.0
+    if len(parts) == 2 and parts[0] not in BUILTIN_REWARDS and not _WEIGHT_RE.match(parts[1].strip()):
+        return spec, 1.0
     target, raw_weight = ":".join(parts[:-1]), parts[-1]
-    try:
-        weight = float(raw_weight)
-    except ValueError:
+    if not _WEIGHT_RE.match(raw_weight.strip()):
         raise WeMaskError(
             f"bad reward weight '{raw_weight}' in '{spec}': the weight must be a number, e.g. {target}:0.5"
-        ) from None
+        )
+    weight = float(raw_weight)
     if not math.isfinite(weight) or weight < 0:
         raise WeMaskError(f"bad reward weight '{raw_weight}' in '{spec}': the weight must be a finite number >= 0")
     return target, weight
@@ -283,10 +284,88 @@ def load_reward(target: str) -> Callable:
 
 
 def load_rewards(specs: list[str]) -> tuple[list[Callable], list[float]]:
-    """Reward functions and weights for a list of reward specs."""
+    """Reward functions and weights for a list of reward specs; custom ones wrapped by `checked_reward`."""
     funcs, weights = [], []
     for spec in specs:
         target, weight = parse_reward_spec(spec)
-        funcs.append(load_reward(target))
+        func = load_reward(target)
+        funcs.append(func if target in BUILTIN_REWARDS else checked_reward(func, target, alone=len(specs) == 1))
         weights.append(weight)
     return funcs, weights
+
+
+def checked_reward(func: Callable, target: str, *, alone: bool) -> Callable:
+    """`func` as TRL calls it, with its answers checked: one number (or None: not applicable) per completion.
+
+    A wrong count, a string, None instead of a list, or an infinity is one line; no finite value at all is one
+    line when it is the only reward (GRPO would learn nothing), a warning otherwise. An exception raised inside
+    the user's function keeps its traceback, preceded by a line saying whose code raised it."""
+    from functools import wraps
+
+    from .progress import warn
+
+    warned = []
+
+    def check(values, completions):
+        values = _check_values(values, target, len(completions) if completions is not None else None)
+        if all(v is None or math.isnan(v) for v in values):
+            message = (f"reward '{target}' returned no number for any of the {len(values)} completions (all NaN or "
+                       "None), so GRPO has nothing to learn from")
+            if alone:
+                raise WeMaskError(message + ": check what it computes")
+            if not warned:
+                warned.append(True)
+                warn(message + " in this batch")
+        return values
+
+    def theirs():
+        warn(f"the error below was raised inside your reward function '{target}', not by wemask: fix it there")
+
+    if inspect.iscoroutinefunction(func):  # TRL also accepts async rewards
+
+        @wraps(func)
+        async def async_reward(*args, completions=None, **kwargs):
+            try:
+                values = await func(*args, completions=completions, **kwargs)
+            except Exception as err:
+                if not isinstance(err, WeMaskError):
+                    theirs()
+                raise
+            return check(values, completions)
+
+        return async_reward
+
+    @wraps(func)
+    def reward(*args, completions=None, **kwargs):
+        try:
+            values = func(*args, completions=completions, **kwargs)
+        except Exception as err:
+            if not isinstance(err, WeMaskError):
+                theirs()
+            raise
+        return check(values, completions)
+
+    return reward
+
+
+def _check_values(values, target: str, expected: int | None) -> list:
+    """The reward's answer as a list of floats or None, or one line saying what is wrong with it."""
+    if hasattr(values, "tolist"):  # numpy arrays, tensors
+        values = values.tolist()
+    if not isinstance(values, (list, tuple)):
+        raise WeMaskError(
+            f"reward '{target}' returned {type(values).__name__} ({str(values)[:40]!r}), not a list with one number per completion"
+        )
+    if expected is not None and len(values) != expected:
+        raise WeMaskError(f"reward '{target}' returned {len(values)} values for {expected} completions: return one number per completion")
+    out = []
+    for i, value in enumerate(values):
+        if value is not None and (isinstance(value, (str, bytes)) or not isinstance(value, (int, float))):
+            raise WeMaskError(
+                f"reward '{target}' returned a {type(value).__name__} ({str(value)[:40]!r}) for completion {i}: "
+                "rewards must be numbers (or None for 'not applicable')"
+            )
+        if value is not None and math.isinf(value):
+            raise WeMaskError(f"reward '{target}' returned {value} for completion {i}: rewards must be finite")
+        out.append(None if value is None else float(value))
+    return out

@@ -1,16 +1,28 @@
-"""The method: WeMask config, architecture adapter, the mask hook and ME-layer location. Imports torch only."""
+"""The method: WeMask config, architecture adapter, the mask hook, the remedies' modules and ME-layer location.
 
-from .config import CONFIG_NAME, WeMaskConfig, WeMaskConfigError, find_saved_config
-from .mask import WeMaskHandle, apply_wemask, first_token_positions, masked_layers, remove_wemask
+Imports torch only, and lazily: `from wemask_cli.method.config import WeMaskConfig` stays torch-free.
+"""
 
-__all__ = [
-    "CONFIG_NAME",
-    "WeMaskConfig",
-    "WeMaskConfigError",
-    "WeMaskHandle",
-    "apply_wemask",
-    "find_saved_config",
-    "first_token_positions",
-    "masked_layers",
-    "remove_wemask",
-]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "CONFIG_NAME": "config",
+    "WeMaskConfig": "config",
+    "WeMaskConfigError": "config",
+    "find_saved_config": "config",
+    "WeMaskHandle": "mask",
+    "apply_wemask": "mask",
+    "masked_layers": "mask",
+    "remove_wemask": "mask",
+    "first_token_positions": "tokens",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)

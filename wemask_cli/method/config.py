@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -14,7 +16,7 @@ CONFIG_VERSION = 1
 
 SELECTIONS = ("weight", "activation", "random")
 LAYER_RANGES = ("from-me", "me-only", "all")
-TOKEN_RULES = ("first",)
+TOKEN_RULES = ("first", "massive")
 MODES = ("aware", "free")
 DIMS_DEPEND_ON = ("mask_rate", "me_layer", "select", "layers", "seed")
 
@@ -39,6 +41,26 @@ def parse_layer_span(layers: str) -> tuple[int, int] | None:
     if not 0 <= span[0] < span[1]:
         raise WeMaskConfigError(f"layers={layers!r} is an empty or negative range: use 'a:b' with 0 <= a < b")
     return span
+
+
+def parse_dims(dims) -> dict[int, list[int]]:
+    """{layer: [dim, ...]} with integer keys (JSON gives strings), or a WeMaskConfigError naming the problem."""
+    problem = "it is not a mapping of 0-based layer to a list of dims"
+    if isinstance(dims, dict):
+        try:
+            parsed = {}
+            for layer, values in dims.items():
+                if isinstance(values, (str, bytes)) or not all(
+                    isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values
+                ):
+                    raise TypeError
+                parsed[int(layer)] = sorted(values)
+            return parsed
+        except (TypeError, ValueError):
+            pass
+    raise WeMaskConfigError(
+        f"dims={str(dims)[:60]!r} is not valid: {problem}, e.g. {{\"11\": [3, 507]}}; delete 'dims' to reselect them"
+    )
 
 
 @dataclass
@@ -84,7 +106,7 @@ class WeMaskConfig:
                 f"layers={self.layers!r} needs me_layer: give --me-layer N (0-based) or 'auto', or use layers 'all' or 'a:b'"
             )
         if self.dims is not None:
-            self.dims = {int(layer): sorted(int(d) for d in dims) for layer, dims in self.dims.items()}
+            self.dims = parse_dims(self.dims)
 
     @property
     def active(self) -> bool:
@@ -131,7 +153,8 @@ class WeMaskConfig:
         }.get(self.layers, f"layers {self.layers}")
         extra = f", strength {self.strength:g}" if self.strength != 1.0 else ""
         mode = f", {self.mode}" if self.mode else ""
-        return f"r={self.mask_rate:g} at {where} (0-based; select={self.select}{extra}{mode})"
+        tokens = ", massive tokens" if self.tokens == "massive" else ""
+        return f"r={self.mask_rate:g} at {where} (0-based; select={self.select}{extra}{tokens}{mode})"
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -150,12 +173,18 @@ class WeMaskConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise WeMaskConfigError(f"unknown wemask config keys {unknown}: allowed keys are {sorted(known)}")
+        if "mask_rate" not in data:
+            raise WeMaskConfigError(
+                f"the wemask config has no 'mask_rate' (keys: {sorted(data) or 'none'}): "
+                "a saved config must say its rate (0 for no mask)"
+            )
         return cls(**data)
 
     def save(self, directory: str | Path) -> Path:
+        """Write wemask_config.json atomically (a temporary file, then os.replace)."""
         path = Path(directory) / CONFIG_NAME
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        write_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
         return path
 
     @classmethod
@@ -170,7 +199,24 @@ class WeMaskConfig:
             raise WeMaskConfigError(f"no wemask config at {path}") from None
         except json.JSONDecodeError as err:
             raise WeMaskConfigError(f"{path} is not valid JSON ({err}): fix or delete it") from None
-        return cls.from_dict(data)
+        if not isinstance(data, dict):
+            raise WeMaskConfigError(f"{path} does not hold a JSON object: fix or delete it")
+        try:
+            return cls.from_dict(data)
+        except WeMaskConfigError as err:
+            raise WeMaskConfigError(f"{path}: {err}") from None
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder and os.replace (no half-written file)."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def find_saved_config(directory: str | Path) -> WeMaskConfig | None:

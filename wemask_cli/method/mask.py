@@ -3,52 +3,28 @@
 The hook is a forward pre-hook on each masked layer's attention module. It keeps no state between
 calls: which tokens are first is derived, in every call, from the attention mask and position ids the
 layer receives, so it stays exact under gradient checkpointing (where hooks run twice) and in any
-trainer forward pass.
+trainer forward pass. With tokens='massive', a pre-hook on the decoder layer (which sees the residual
+input) picks the tokens and hands them to the attention hook as a call argument, never as stored state.
+
+Every hook is registered through `hooks.register_hook`, which keeps its RemovableHandle; removal never
+touches torch's private hook dictionaries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 
-from ..errors import WeMaskError
 from .arch import LayerParts, resolve_layers
 from .config import WeMaskConfig, WeMaskConfigError
+from .hooks import OwnedHook, owned_hooks, register_hook, remove_owned
+from .tokens import first_token_positions, massive_token_positions
 
-
-def first_token_positions(
-    attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None, batch: int, length: int
-) -> torch.Tensor:
-    """Boolean (batch, length): which positions of this forward are the first real token of a sequence.
-
-    - 4D masks (sdpa, eager; also packed sequences): a first token is one that may attend to exactly one
-      key, itself. This holds under left and right padding and for every packed sequence start, and never
-      for a token decoded after a cached prefix.
-    - 2D masks (flash attention, covering cached + new keys): the first key whose mask is 1.
-    - No mask (unpadded causal batches): the positions whose position id is 0.
-    """
-    if attention_mask is None:
-        if position_ids is None:
-            raise WeMaskError("the attention layer received neither an attention mask nor position ids")
-        return (position_ids == 0).expand(batch, length)
-    if not isinstance(attention_mask, torch.Tensor):
-        raise WeMaskError(
-            f"attention masks of type {type(attention_mask).__name__} are not supported by WeMask: "
-            "load the model with attn_implementation 'sdpa', 'eager' or 'flash_attention_2'"
-        )
-    if attention_mask.dim() == 4:
-        if attention_mask.dtype == torch.bool:
-            allowed = attention_mask[:, 0]
-        else:
-            allowed = attention_mask[:, 0] > torch.finfo(attention_mask.dtype).min / 2
-        return (allowed.sum(-1) == 1).expand(batch, length)
-    if attention_mask.dim() == 2:
-        real = attention_mask.bool()
-        first = real & (real.cumsum(-1) == 1)
-        return first[:, -length:]
-    raise WeMaskError(f"unexpected attention mask of shape {tuple(attention_mask.shape)} in the attention layer")
+KIND = "wemask"
+TOKENS_KWARG = "wemask_tokens"  # the decoder layer's pre-hook passes the chosen tokens to the attention hook
+__all__ = ["WeMaskHandle", "apply_wemask", "first_token_positions", "masked_layers", "remove_wemask"]
 
 
 def cached_length(kwargs: dict, layer: int) -> int:
@@ -61,39 +37,71 @@ def cached_length(kwargs: dict, layer: int) -> int:
 
 
 class AttentionInputMask:
-    """Forward pre-hook (with kwargs) on a layer's attention: scales the chosen dims of first tokens.
+    """Forward pre-hook (with kwargs) on a layer's attention: scales the chosen dims of first (or massive) tokens.
 
-    `keep` is a (d,) vector: 1 - strength at the masked dims, 1 elsewhere.
+    `keep` is a (d,) vector: 1 - strength at the masked dims, 1 elsewhere. `active`, when given, is asked
+    on every call; while it returns False the hook changes nothing (DPO's unmasked reference pass).
     """
 
-    def __init__(self, layer: int, dims: torch.Tensor, keep: torch.Tensor):
+    def __init__(self, layer: int, dims: torch.Tensor, keep: torch.Tensor, active: Callable[[], bool] | None = None):
         self.layer = layer
         self.dims = dims
         self.keep = keep
+        self.active = active
 
     def __call__(self, module: nn.Module, args: tuple, kwargs: dict):
+        chosen = kwargs.pop(TOKENS_KWARG, None)  # always taken out, so the attention never sees it
+        if self.active is not None and not self.active():
+            return (args, kwargs) if chosen is not None else None
         if cached_length(kwargs, getattr(module, "layer_idx", self.layer)) > 0:
-            return None  # decoding after a cached prefix: new tokens are never first tokens
+            # decoding after a cached prefix: new tokens are never masked
+            return (args, kwargs) if chosen is not None else None
         if "hidden_states" in kwargs:
             hidden = kwargs["hidden_states"]
         else:
             hidden, args = args[0], args[1:]
-        first = first_token_positions(kwargs.get("attention_mask"), kwargs.get("position_ids"), *hidden.shape[:2])
+        if chosen is None:
+            chosen = first_token_positions(kwargs.get("attention_mask"), kwargs.get("position_ids"), *hidden.shape[:2])
         keep = self.keep.to(device=hidden.device, dtype=hidden.dtype)
-        kwargs["hidden_states"] = hidden * torch.where(first.unsqueeze(-1), keep, 1.0)  # x * 1 is exact
+        kwargs["hidden_states"] = hidden * torch.where(chosen.unsqueeze(-1), keep, 1.0)  # x * 1 is exact
+        return args, kwargs
+
+
+class MassiveTokenChooser:
+    """Forward pre-hook (with kwargs) on a decoder layer: picks the massive tokens from the residual input and
+    passes them to the attention hook as the call argument `wemask_tokens` (stateless; see tokens.py)."""
+
+    def __init__(self, layer: int, active: Callable[[], bool] | None = None):
+        self.layer = layer
+        self.active = active
+
+    def __call__(self, module: nn.Module, args: tuple, kwargs: dict):
+        if self.active is not None and not self.active():
+            return None
+        if cached_length(kwargs, self.layer) > 0:
+            return None
+        hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+        kwargs[TOKENS_KWARG] = massive_token_positions(hidden, kwargs.get("attention_mask"), kwargs.get("position_ids"))
         return args, kwargs
 
 
 class WeMaskHandle:
     """The installed mask: `remove()` it, or use it as a context manager. `config` records the dims used."""
 
-    def __init__(self, model: nn.Module, config: WeMaskConfig, hooked_layers: Sequence[int]):
+    def __init__(self, model: nn.Module, config: WeMaskConfig, hooked_layers: Sequence[int], records=()):
         self.model = model
         self.config = config
         self.hooked_layers = list(hooked_layers)
+        self.records: list[OwnedHook] = list(records)
 
-    def remove(self) -> None:
-        remove_wemask(self.model)
+    def remove(self) -> int:
+        """Remove exactly the hooks this handle installed (on this model, not on deep copies); returns how many
+        attention hooks were live."""
+        removed = sum(1 for record in self.records if isinstance(record.hook, AttentionInputMask) and record.alive())
+        for record in self.records:
+            record.remove()
+        self.records = []
+        return removed
 
     def __enter__(self) -> "WeMaskHandle":
         return self
@@ -103,25 +111,16 @@ class WeMaskHandle:
 
 
 def remove_wemask(model: nn.Module) -> int:
-    """Remove every WeMask hook from `model` (copies made with deepcopy included); leave other hooks alone."""
-    removed = 0
-    for module in model.modules():
-        for hook_id, hook in list(module._forward_pre_hooks.items()):
-            if isinstance(hook, AttentionInputMask):
-                del module._forward_pre_hooks[hook_id]
-                module._forward_pre_hooks_with_kwargs.pop(hook_id, None)
-                removed += 1
-    return removed
+    """Remove every WeMask hook from `model` (a deep copy's own hooks included, see hooks.py); leave other hooks
+    alone. Returns how many attention hooks were removed."""
+    masks = sum(1 for record in owned_hooks(model, KIND) if isinstance(record.hook, AttentionInputMask))
+    remove_owned(model, KIND)
+    return masks
 
 
 def masked_layers(model: nn.Module) -> list[int]:
     """The layers that currently carry a WeMask hook."""
-    return sorted(
-        hook.layer
-        for module in model.modules()
-        for hook in module._forward_pre_hooks.values()
-        if isinstance(hook, AttentionInputMask)
-    )
+    return sorted(record.layer for record in owned_hooks(model, KIND) if isinstance(record.hook, AttentionInputMask))
 
 
 def select_dims(
@@ -173,19 +172,50 @@ def first_token_attention_inputs(
 
 
 def apply_wemask(
-    model: nn.Module, config: WeMaskConfig, *, calibration_input_ids: torch.Tensor | None = None
+    model: nn.Module,
+    config: WeMaskConfig,
+    *,
+    calibration_input_ids: torch.Tensor | None = None,
+    active: Callable[[], bool] | None = None,
 ) -> WeMaskHandle:
     """Install WeMask on `model` (replacing any WeMask already there) and return its handle.
 
     Dims come from `config.dims` when recorded (a saved run), else are selected now from the weights.
-    `calibration_input_ids` is used only by select='activation'.
+    `calibration_input_ids` is used only by select='activation'. `active`: a zero-argument predicate asked
+    on every forward; while it returns False the hooks change nothing (e.g. DPO's unmasked reference pass).
     """
     remove_wemask(model)
     parts = resolve_layers(model)
     if not config.active:
         return WeMaskHandle(model, config.with_updates(dims=None), [])
-    d = parts[0].attn_scale().numel()
     layers = config.layer_indices(len(parts))
+    resolved = config.with_updates(dims=resolve_dims(config, parts, layers, calibration_input_ids, model))
+    d = parts[0].attn_scale().numel()
+    records = []
+    for l in layers:
+        weight = parts[l].attn_norm.weight
+        index = torch.tensor(resolved.dims[l], dtype=torch.long)
+        keep = torch.ones(d, dtype=torch.float32)
+        keep[index] = 1.0 - float(config.strength)
+        if config.tokens == "massive":
+            chooser = MassiveTokenChooser(l, active)
+            records.append(register_hook(parts[l].layer, KIND, l, chooser, pre=True, with_kwargs=True))
+        hook = AttentionInputMask(l, index, keep.to(weight.device), active)
+        # prepended: other interventions' attention pre-hooks (gated attention) see the masked input, whatever
+        # the order they were installed in
+        records.append(register_hook(parts[l].attention, KIND, l, hook, pre=True, with_kwargs=True, prepend=True))
+    return WeMaskHandle(model, resolved, layers, records)
+
+
+def resolve_dims(
+    config: WeMaskConfig,
+    parts: Sequence[LayerParts],
+    layers: Sequence[int],
+    calibration_input_ids: torch.Tensor | None,
+    model: nn.Module,
+) -> dict[int, list[int]]:
+    """The recorded dims checked against the model, or dims selected now; sorted, per masked layer."""
+    d = parts[0].attn_scale().numel()
     k = config.num_dims(d)
     dims = config.dims
     if dims is None:
@@ -197,12 +227,4 @@ def apply_wemask(
                 f"the recorded dims do not fit this model/config (layers {bad or sorted(set(dims) ^ set(layers))}): "
                 f"expected {k} dims in [0, {d}) for layers {layers[0]}..{layers[-1]}; drop 'dims' to reselect"
             )
-    resolved = config.with_updates(dims={l: sorted(dims[l]) for l in layers})
-    for l in layers:
-        weight = parts[l].attn_norm.weight
-        index = torch.tensor(resolved.dims[l], dtype=torch.long)
-        keep = torch.ones(d, dtype=torch.float32)
-        keep[index] = 1.0 - float(config.strength)
-        hook = AttentionInputMask(l, index, keep.to(weight.device))
-        parts[l].attention.register_forward_pre_hook(hook, with_kwargs=True)
-    return WeMaskHandle(model, resolved, layers)
+    return {l: sorted(dims[l]) for l in layers}

@@ -1,4 +1,4 @@
-"""`wemask dpo`: TRL's DPOTrainer through the shared training path (train/common.py), with a deliberate
+"""`wemask dpo`: TRL's DPOTrainer through the shared training run (run.py), with a deliberate
 reference-model policy.
 
 DPO's implicit reward is `beta * (log pi(y|x) - log pi_ref(y|x))`. If the policy computes with WeMask and the
@@ -14,11 +14,11 @@ reference does not, the two differ before the first update and every reward star
     installed on the model before that, and the dataset fingerprint names the mask (TRL's cache key hashes the
     weights only, and would otherwise hand an unmasked run's cached reference log-probs to a masked run).
 - `none`: the reference is the unmasked starting model. With PEFT the reference pass runs through the policy's own
-  hooked modules, so the hooks are swapped for ones that step aside while the adapter is disabled (or the "ref"
-  adapter is active), i.e. during exactly TRL's reference forward.
+  hooked modules, so the hooks are installed with a predicate (`active=`) that is false while the adapter is
+  disabled (or the "ref" adapter is active), i.e. during exactly TRL's reference forward.
 
 free mode trains plain DPO (policy and reference unmasked) and records the mask for inference.
-`trainer.wemask_handle.remove()` removes WeMask from the policy and from a separate reference model alike.
+`stage.installation.remove()` removes WeMask from the policy and from a separate reference model alike.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from typing import Any
 
 from ..errors import WeMaskError
 from ..method.config import WeMaskConfig
-from ..method.mask import AttentionInputMask, apply_wemask, remove_wemask
-from .common import Stage, TrainContext, install_on_model, install_on_reference, say, zero3_gather
+from ..progress import say
+from .install import PolicyPass, install_mask, install_on_policy, install_on_reference, is_peft
+from .stage import Stage, TrainContext
 
 REF_MASKS = ("same", "none")
 HH_ASSISTANT = "\n\nAssistant:"
@@ -46,7 +47,7 @@ def resolve_ref_mask(opts: dict) -> str:
     return given
 
 
-def check(opts: dict, args) -> None:
+def check(opts: dict) -> None:
     """Fail fast, before data or model load."""
     given = opts.get("ref_mask")
     if given is not None and given not in REF_MASKS:
@@ -153,67 +154,10 @@ def name_masked_reference(dataset, config: WeMaskConfig):
 # The reference model
 
 
-def _is_peft(model) -> bool:
-    try:
-        from peft import PeftModel
-    except ImportError:
-        return False
-    return isinstance(model, PeftModel)
-
-
-class PolicyOnlyMask(AttentionInputMask):
-    """WeMask's hook, stepping aside while a PEFT model runs as DPO's reference: adapter disabled, or an adapter
-    other than the trained one (TRL's frozen 'ref' copy) active. Stateless, like the hook it replaces."""
-
-    def __init__(self, hook: AttentionInputMask, probe, trained_adapter: str):
-        super().__init__(hook.layer, hook.dims, hook.keep)
-        self.probe = probe  # one of the model's adapter layers: PEFT switches them all together
-        self.trained_adapter = trained_adapter
-
-    def is_reference_pass(self) -> bool:
-        return bool(self.probe.disable_adapters) or self.trained_adapter not in self.probe.active_adapters
-
-    def __call__(self, module, args, kwargs):
-        if self.is_reference_pass():
-            return None
-        return super().__call__(module, args, kwargs)
-
-
-def policy_only_hooks(peft_model) -> int:
-    """Swap the WeMask hooks of a PEFT model for PolicyOnlyMask (same dims, same order); returns how many."""
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    probe = next((m for m in peft_model.modules() if isinstance(m, BaseTunerLayer)), None)
-    if probe is None:
-        raise WeMaskError(
-            "--ref-mask none with PEFT needs a LoRA-style adapter (the reference is the adapter-disabled policy); "
-            "this PEFT model has no adapter layer: use --ref-mask same"
-        )
-    trained = peft_model.active_adapter
-    swapped = 0
-    for module in peft_model.modules():
-        for hook_id, hook in list(module._forward_pre_hooks.items()):
-            if isinstance(hook, AttentionInputMask) and not isinstance(hook, PolicyOnlyMask):
-                module._forward_pre_hooks[hook_id] = PolicyOnlyMask(hook, probe, trained)
-                swapped += 1
-    return swapped
-
-
-class DPOMaskHandle:
-    """WeMask on the policy and (when separate) on the reference model: `remove()` removes both."""
-
-    def __init__(self, config: WeMaskConfig, models: list):
-        self.config = config
-        self.models = models
-
-    def remove(self) -> int:
-        return sum(remove_wemask(model) for model in self.models)
-
-
 def reference_kind(trainer) -> str:
     if trainer.precompute_ref_logps:
         return "precomputed"
-    if trainer.ref_model is None and _is_peft(trainer.model):
+    if trainer.ref_model is None and is_peft(trainer.model):
         return "adapter-disabled policy" if "ref" not in trainer.model.peft_config else "frozen 'ref' adapter"
     return "separate model"
 
@@ -222,100 +166,79 @@ def reference_kind(trainer) -> str:
 # The stage
 
 
-def build_trainer(ctx: TrainContext):
-    from trl import DPOTrainer
+class DPOStage(Stage):
+    name = "dpo"
+    trl_config = "DPOConfig"
+    option_defaults = {"ref_mask": None}
+    option_kinds = {"ref_mask": str}
 
-    args, config = ctx.args, ctx.wemask
-    ref_mask = resolve_ref_mask(ctx.options)
-    ctx.options["ref_mask"] = ref_mask  # recorded in wemask_run.json
-    train_dataset = prepare_preferences(ctx.train_dataset, args, f"--dataset {ctx.options['dataset']}")
-    eval_dataset = prepare_preferences(ctx.eval_dataset, args, f"--eval-dataset {ctx.options['eval_dataset']}")
+    def __init__(self) -> None:
+        super().__init__()
+        self.ref_mask: str | None = None
+        self.preinstalled = None  # the policy's mask, installed before TRL precomputes reference log-probs
 
-    model = ctx.model
-    peft = ctx.peft_config is not None or _is_peft(model)
-    if not peft and not args.precompute_ref_log_probs:
-        # TRL loads the reference from the policy's path: make it the directory (or hub id) the weights came from.
-        model.config._name_or_path = ctx.loaded.source
+    def check(self, resolved) -> None:
+        check(resolved.opts)
 
-    preinstalled = None
-    masked_reference = config.mode == "aware" and config.active and ref_mask == "same"
-    if args.precompute_ref_log_probs and masked_reference:
-        with zero3_gather(model):
-            preinstalled = apply_wemask(model, config).config
-        train_dataset = name_masked_reference(train_dataset, preinstalled)
-        eval_dataset = name_masked_reference(eval_dataset, preinstalled)
+    def build_trainer(self, ctx: TrainContext):
+        """TRL's DPOTrainer; with --precompute-ref-log-probs and a masked reference, the mask goes on first."""
+        from trl import DPOTrainer
 
-    trainer = DPOTrainer(
-        model=model,
-        args=args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        processing_class=ctx.tokenizer,
-        peft_config=ctx.peft_config,
-        callbacks=ctx.callbacks,
-    )
-    if preinstalled is not None and trainer.is_fsdp_enabled:
-        raise WeMaskError(
-            "--precompute-ref-log-probs with --ref-mask same is not supported under FSDP (TRL precomputes with a "
-            "separate reference model before WeMask can be installed on it): drop --precompute-ref-log-probs"
+        args, config = ctx.args, ctx.wemask
+        self.ref_mask = ctx.options["ref_mask"] = resolve_ref_mask(ctx.options)  # recorded in wemask_run.json
+        train_dataset = prepare_preferences(ctx.train_dataset, args, f"--dataset {ctx.options['dataset']}")
+        eval_dataset = prepare_preferences(ctx.eval_dataset, args, f"--eval-dataset {ctx.options['eval_dataset']}")
+        model = ctx.model
+        peft = ctx.peft_config is not None or is_peft(model)
+        if not peft and not args.precompute_ref_log_probs:
+            # TRL loads the reference from the policy's path: make it the directory (or hub id) the weights came from.
+            model.config._name_or_path = ctx.loaded.source
+        if args.precompute_ref_log_probs and config.mode == "aware" and config.active and self.ref_mask == "same":
+            self.preinstalled = install_mask(model, config)
+            train_dataset = name_masked_reference(train_dataset, self.preinstalled.wemask)
+            eval_dataset = name_masked_reference(eval_dataset, self.preinstalled.wemask)
+        trainer = DPOTrainer(
+            model=model, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset,
+            processing_class=ctx.tokenizer, peft_config=ctx.peft_config, callbacks=ctx.callbacks,
         )
-    kept = len(trainer.train_dataset) if hasattr(trainer.train_dataset, "__len__") else None
-    if kept is not None and kept < len(train_dataset):
-        dropped = len(train_dataset) - kept
-        if kept == 0:
+        if self.preinstalled is not None and trainer.is_fsdp_enabled:
             raise WeMaskError(
-                f"every example's prompt fills --max-length {args.max_length} tokens, so no completion token is left "
-                "to train on: raise --max-length, or use --truncation-mode keep_end"
+                "--precompute-ref-log-probs with --ref-mask same is not supported under FSDP (TRL precomputes with a "
+                "separate reference model before WeMask can be installed on it): drop --precompute-ref-log-probs"
             )
-        say(f"dpo: {dropped} of {len(train_dataset)} examples dropped: their prompt fills --max-length {args.max_length}")
-    trainer.wemask_ref_mask = ref_mask
-    trainer.wemask_preinstalled = preinstalled
-    trainer.wemask_handle = None
-    return trainer
+        self.report_kept(
+            len(train_dataset), trainer, f"their prompt fills --max-length {args.max_length}",
+            f"every example's prompt fills --max-length {args.max_length} tokens, so no completion token is left "
+            "to train on: raise --max-length, or use --truncation-mode keep_end",
+        )
+        return trainer
 
+    def install(self, trainer, ctx: TrainContext) -> WeMaskConfig:
+        """The policy as in every stage, then the reference per --ref-mask. Under PEFT the reference pass runs
+        through the policy's modules: an unmasked reference (and the remedies, trained) step aside during it."""
+        if self.preinstalled is not None:
+            self.preinstalled.remove()  # installed again below with the same recorded dims
+            ctx.wemask = self.preinstalled.wemask
+        aware = ctx.wemask.mode == "aware" and ctx.wemask.active
+        peft_reference = trainer.ref_model is None and is_peft(trainer.model)
+        policy_pass = PolicyPass(trainer.model) if peft_reference and ((aware and self.ref_mask == "none") or ctx.remedies) else None
+        self.installation = install_on_policy(
+            trainer, ctx, mask_active=policy_pass if self.ref_mask == "none" else None, remedies_active=policy_pass
+        )
+        config = self.installation.wemask
+        install_on_reference(trainer, self.installation, mask=aware and self.ref_mask == "same")
+        if config.active:
+            where = reference_kind(trainer)
+            state = "masked like the policy" if (aware and self.ref_mask == "same") else "unmasked"
+            say(f"dpo reference ({where}): {state} (--ref-mask {self.ref_mask}{', free mode' if config.mode == 'free' else ''})")
+        return config
 
-def install_mask(trainer, config: WeMaskConfig, ctx: TrainContext) -> WeMaskConfig:
-    """The policy as in every stage (common.install_on_model), then the reference per --ref-mask."""
-    config = install_on_model(trainer, trainer.wemask_preinstalled or config, ctx)
-    models = [trainer.model]
-    ref_mask = trainer.wemask_ref_mask
-    aware = config.mode == "aware" and config.active
-    if aware and trainer.ref_model is not None:
-        if ref_mask == "same":
-            models.append(install_on_reference(trainer, config))
-        else:
-            models.append(trainer.accelerator.unwrap_model(trainer.ref_model))
-    if aware and ref_mask == "none" and trainer.ref_model is None and _is_peft(trainer.model):
-        policy_only_hooks(trainer.model)  # TRL's reference pass runs through these same modules
-    trainer.wemask_handle = DPOMaskHandle(config, models)
-    if config.active:
-        where = reference_kind(trainer)
-        state = "masked like the policy" if (aware and ref_mask == "same") else "unmasked"
-        say(f"dpo reference ({where}): {state} (--ref-mask {ref_mask}{', free mode' if config.mode == 'free' else ''})")
-    return config
-
-
-def extra_metrics(trainer) -> dict[str, Any]:
-    """The reference policy, and the first logged step (its rewards are 0 with --ref-mask same)."""
-    first = next((entry for entry in trainer.state.log_history if "rewards/chosen" in entry), {})
-    keys = ("loss", "rewards/chosen", "rewards/rejected", "rewards/margins", "logps/chosen", "logps/rejected")
-    return {
-        "ref_mask": trainer.wemask_ref_mask,
-        "reference": reference_kind(trainer),
-        "first_step": {key: first[key] for key in keys if key in first},
-    }
-
-
-def stage() -> Stage:
-    from trl import DPOConfig
-
-    return Stage(
-        name="dpo",
-        config_class=DPOConfig,
-        build_trainer=build_trainer,
-        install_mask=install_mask,
-        check=check,
-        option_defaults={"ref_mask": None},
-        extra_metrics=extra_metrics,
-    )
-
+    def extra_metrics(self, trainer) -> dict[str, Any]:
+        """The reference policy, and the first logged step (its rewards are 0 with --ref-mask same)."""
+        first = next((entry for entry in trainer.state.log_history if "rewards/chosen" in entry), {})
+        keys = ("loss", "rewards/chosen", "rewards/rejected", "rewards/margins", "logps/chosen", "logps/rejected")
+        return {
+            "ref_mask": self.ref_mask,
+            "reference": reference_kind(trainer),
+            "first_step": {key: first[key] for key in keys if key in first},
+        }

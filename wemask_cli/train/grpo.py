@@ -1,4 +1,4 @@
-"""`wemask grpo`: TRL's GRPOTrainer through the shared training path (train/common.py).
+"""`wemask grpo`: TRL's GRPOTrainer through the shared training run (run.py).
 
 GRPO both generates and trains, so WeMask must act in both, on the same tokens:
 - aware mode: the hook sits on the model TRL trains *and* generates with (rollouts come from
@@ -23,7 +23,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import WeMaskError
-from .common import Stage, TrainContext, install_on_model, install_on_reference
+from ..method.config import WeMaskConfig
+from .install import PolicyPass, install_on_policy, install_on_reference, is_peft
+from .recipe import recipe_path
+from .stage import Stage, TrainContext
 
 DEFAULT_REWARDS = ("math",)
 GSM8K_COLUMNS = ("question", "answer")
@@ -65,16 +68,14 @@ def chat_template_choice(value) -> bool | None:
     return choices[text]
 
 
-def mask_requested(opts: dict) -> bool:
+def mask_requested(opts: dict, mask) -> bool:
     """Whether the resolved options ask for an active mask (a rate > 0, or a model that carries one)."""
-    from ..masking import parse_mask_rates
     from ..method.config import find_saved_config
 
-    if opts.get("strength") is not None and float(opts["strength"]) == 0.0:
+    if mask.strength is not None and float(mask.strength) == 0.0:
         return False
-    rates = parse_mask_rates(None if opts["mask_rate"] is None else str(opts["mask_rate"]))
-    if rates is not None:
-        return any(rate > 0 for rate in rates)
+    if mask.rates is not None:
+        return any(rate > 0 for rate in mask.rates)
     model_dir = Path(str(opts["model"] or "")).expanduser()
     saved = find_saved_config(model_dir) if opts["model"] and model_dir.is_dir() else None
     return bool(saved and saved.active)
@@ -85,8 +86,6 @@ def recipe_relative(spec: str, recipe: str | None) -> str:
     location, sep, rest = spec.partition(".py:")
     if not sep or not recipe:
         return spec
-    from .common import recipe_path
-
     return recipe_path(location + ".py", recipe) + ":" + rest
 
 
@@ -108,18 +107,6 @@ def check_rewards(opts: dict, args) -> tuple[list, list[float]]:
         weights = [float(w) for w in args.reward_weights]
     args.reward_weights = weights
     return funcs, weights
-
-
-def check(opts: dict, args, loaded_rewards: dict) -> None:
-    """Stage.check: runs after the configuration is resolved and before data or model load."""
-    opts["reward"] = reward_specs(opts.get("reward"))
-    opts["chat_template"] = chat_template_choice(opts.get("chat_template"))
-    aware_mask = opts["mode"] == "aware" and mask_requested(opts)
-    if aware_mask and args.use_vllm:
-        raise WeMaskError(VLLM_REFUSAL)
-    if aware_mask and args.use_transformers_continuous_batching:
-        raise WeMaskError(CONTINUOUS_BATCHING_REFUSAL)
-    loaded_rewards["funcs"], loaded_rewards["weights"] = check_rewards(opts, args)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -161,43 +148,62 @@ def prepare_dataset(dataset, tokenizer, chat_template: bool | None, rewards: lis
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Trainer, mask, metrics
+# The stage
 
 
-def build_trainer(ctx: TrainContext, loaded_rewards: dict):
-    from trl import GRPOTrainer
+class GRPOStage(Stage):
+    name = "grpo"
+    trl_config = "GRPOConfig"
+    option_defaults = {"reward": list(DEFAULT_REWARDS), "chat_template": None}
+    option_kinds = {"reward": (str, list), "chat_template": (bool, str)}
 
-    funcs = loaded_rewards["funcs"]
-    chat = ctx.options.get("chat_template")
-    train = prepare_dataset(ctx.train_dataset, ctx.tokenizer, chat, funcs)
-    evaluation = prepare_dataset(ctx.eval_dataset, ctx.tokenizer, chat, funcs, what="--eval-dataset")
-    return GRPOTrainer(
-        model=ctx.model,
-        reward_funcs=funcs,
-        args=ctx.args,
-        train_dataset=train,
-        eval_dataset=evaluation,
-        processing_class=ctx.tokenizer,
-        peft_config=ctx.peft_config,
-        callbacks=ctx.callbacks,
-    )
+    def __init__(self) -> None:
+        super().__init__()
+        self.rewards: list = []  # loaded and checked by check(), before the model loads
 
-
-def install_mask(trainer, config, ctx: TrainContext):
-    """The default install on `trainer.model` (rollouts and loss passes both run it), plus the reference model.
-
-    In aware mode the reference policy is the starting model *with* the mask (as under LoRA, where TRL's
-    reference is the same hooked model with the adapter disabled), with the same recorded dims.
-    """
-    config = install_on_model(trainer, config, ctx)
-    if config.mode == "aware" and config.active:
-        if getattr(trainer, "use_vllm", False):
+    def check(self, resolved) -> None:
+        """Runs after the configuration is resolved and before data or model load."""
+        opts, args = resolved.opts, resolved.args
+        opts["reward"] = reward_specs(opts.get("reward"))
+        opts["chat_template"] = chat_template_choice(opts.get("chat_template"))
+        aware_mask = opts["mode"] == "aware" and mask_requested(opts, resolved.mask)
+        if aware_mask and args.use_vllm:
             raise WeMaskError(VLLM_REFUSAL)
-        install_on_reference(trainer, config)
-    return config
+        if aware_mask and args.use_transformers_continuous_batching:
+            raise WeMaskError(CONTINUOUS_BATCHING_REFUSAL)
+        self.rewards, _ = check_rewards(opts, args)
+
+    def build_trainer(self, ctx: TrainContext):
+        from trl import GRPOTrainer
+
+        chat = ctx.options.get("chat_template")
+        train = prepare_dataset(ctx.train_dataset, ctx.tokenizer, chat, self.rewards)
+        evaluation = prepare_dataset(ctx.eval_dataset, ctx.tokenizer, chat, self.rewards, what="--eval-dataset")
+        return GRPOTrainer(
+            model=ctx.model, reward_funcs=self.rewards, args=ctx.args, train_dataset=train, eval_dataset=evaluation,
+            processing_class=ctx.tokenizer, peft_config=ctx.peft_config, callbacks=ctx.callbacks,
+        )
+
+    def install(self, trainer, ctx: TrainContext) -> WeMaskConfig:
+        """The default install on `trainer.model` (rollouts and loss passes both run it), plus the reference model.
+
+        In aware mode the reference policy is the starting model *with* the mask (as under LoRA, where TRL's
+        reference is the same hooked model with the adapter disabled), with the same recorded dims.
+        """
+        peft_reference = trainer.ref_model is None and is_peft(trainer.model)
+        remedies_active = PolicyPass(trainer.model) if peft_reference and ctx.remedies else None
+        self.installation = install_on_policy(trainer, ctx, remedies_active=remedies_active)
+        config = self.installation.wemask
+        if config.mode == "aware" and config.active and getattr(trainer, "use_vllm", False):
+            raise WeMaskError(VLLM_REFUSAL)
+        install_on_reference(trainer, self.installation, mask=True)
+        return config
+
+    def extra_metrics(self, trainer) -> dict:
+        return reward_metrics(trainer)
 
 
-def extra_metrics(trainer) -> dict:
+def reward_metrics(trainer) -> dict:
     """Reward summaries for metrics.json: mean reward per logged step, and each reward's last mean."""
     logs = trainer.state.log_history
     history = [[e["step"], e["reward"]] for e in logs if "reward" in e and "step" in e and e["reward"] is not None]
@@ -216,19 +222,3 @@ def extra_metrics(trainer) -> dict:
         "reward_history": history,
         "mean_step_time_s": sum(step_times) / len(step_times) if step_times else None,
     }
-
-
-def stage() -> Stage:
-    from trl import GRPOConfig
-
-    loaded_rewards: dict = {}  # filled by check() before the model loads, read by build_trainer()
-    return Stage(
-        name="grpo",
-        config_class=GRPOConfig,
-        build_trainer=lambda ctx: build_trainer(ctx, loaded_rewards),
-        install_mask=install_mask,
-        check=lambda opts, args: check(opts, args, loaded_rewards),
-        option_defaults={"reward": list(DEFAULT_REWARDS), "chat_template": None},
-        extra_metrics=extra_metrics,
-    )
-

@@ -1,26 +1,32 @@
-"""`wemask sft`: TRL's SFTTrainer through the shared training path (train/common.py). Thin on purpose."""
+"""`wemask sft`: TRL's SFTTrainer through the shared training run (run.py). Thin on purpose."""
 
 from __future__ import annotations
 
-from .common import Stage, TrainContext
+from .stage import Stage, TrainContext
 
 
-def build_trainer(ctx: TrainContext):
-    from trl import SFTTrainer
+class SFTStage(Stage):
+    name = "sft"
+    trl_config = "SFTConfig"
 
-    return SFTTrainer(
-        model=ctx.model,
-        args=ctx.args,
-        train_dataset=ctx.train_dataset,
-        eval_dataset=ctx.eval_dataset,
-        processing_class=ctx.tokenizer,
-        peft_config=ctx.peft_config,
-        callbacks=ctx.callbacks,
-    )
+    def build_trainer(self, ctx: TrainContext):
+        from trl import SFTTrainer
 
-
-def stage() -> Stage:
-    from trl import SFTConfig
-
-    return Stage(name="sft", config_class=SFTConfig, build_trainer=build_trainer)
-
+        trainer = SFTTrainer(
+            model=ctx.model,
+            args=ctx.args,
+            train_dataset=ctx.train_dataset,
+            eval_dataset=ctx.eval_dataset,
+            processing_class=ctx.tokenizer,
+            peft_config=ctx.peft_config,
+            callbacks=ctx.callbacks,
+        )
+        limit = ctx.args.max_length
+        reason = f"truncated to --max-length {limit} tokens, nothing of their completion is left to train on"
+        empty = (
+            f"every example lost its whole completion to --max-length {limit} (truncation {ctx.args.truncation_mode}): "
+            "nothing is left to train on; raise --max-length or use --truncation-mode keep_end"
+        )
+        # packing merges rows, so only an empty result says something then
+        self.report_kept(len(ctx.train_dataset) if not ctx.args.packing else 1, trainer, reason, empty)
+        return trainer

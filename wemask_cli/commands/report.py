@@ -2,31 +2,36 @@
 
 Each DIR contributes its own metrics.json and those of its immediate sub-directories (so an eval output
 written inside a training run is found too). Two layouts are read:
-- eval (evaluate.py): a `results` list of {mask_rate, mode, seed, metric, value, se, n}; seeds are averaged
-  (mean, std across seeds). Metric names become `<task>/<metric>`, e.g. `choice/accuracy`
+- eval (wemask_cli/eval): a `results` list of {mask_rate, mode, quantize, seed, metric, value, se, n}; seeds are
+  averaged (mean, std across seeds); a quantized variant is its own row and line (mode 'free · w4a4'). Metric
+  names become `<task>/<metric>`, e.g. `choice/accuracy`
   (`perplexity` stays `perplexity`).
 - any other run (sft, dpo, grpo, ...): a flat object with `stage`, `mode`, `mask_rate` and numeric metrics,
   top level or under `metrics` (one level of nested dicts is flattened as `parent/key`); bookkeeping numbers
   (seed, steps, epoch, throughput, ...) are not metrics.
-Rows are long: {run, stage, task, mode, mask_rate, metric, value, std, se, seeds, n}.
+Rows are long: {run, stage, task, mode, quantize, mask_rate, metric, value, std, se, seeds, n}.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import statistics
 from pathlib import Path
 
-from .errors import WeMaskError
+from ..errors import WeMaskError
+from ..outputs import atomic_write_json, atomic_write_text, check_output_file
+from ..progress import say
 
 METRICS_FILE = "metrics.json"
 NOT_METRICS = {
     "mask_rate", "me_layer", "strength", "seed", "seeds", "world_size", "global_step", "epoch", "runtime_s", "version",
     "n_examples", "mean_step_time_s", "train_samples_per_second", "train_steps_per_second", "reward_weights",
+    "dropped_examples",
 }
-COLUMNS = ["run", "stage", "task", "mode", "mask_rate", "metric", "value", "std", "se", "seeds", "n"]
+COLUMNS = ["run", "stage", "task", "mode", "quantize", "mask_rate", "metric", "value", "std", "se", "seeds", "n"]
 
 
 def find_metrics(directory: Path) -> list[Path]:
@@ -57,6 +62,11 @@ def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def variant_label(mode: str, quantize: str) -> str:
+    """The mode as tables and plot lines show it: a quantized eval's rows are their own line ('free · w4a4')."""
+    return mode if quantize == "none" else f"{mode} · {quantize}"
+
+
 def rows_from_document(run: str, document: dict, path: Path) -> list[dict]:
     """Long rows for one metrics.json (see the module doc for the two layouts)."""
     stage = document.get("stage") or "?"
@@ -68,14 +78,14 @@ def rows_from_document(run: str, document: dict, path: Path) -> list[dict]:
                 continue
             rate = result.get("mask_rate", document.get("mask_rate"))
             mode = result.get("mode", document.get("mode")) or "none"
-            groups.setdefault((rate, mode, result["metric"]), []).append(result)
+            groups.setdefault((rate, mode, result.get("quantize") or "none", result["metric"]), []).append(result)
         rows = []
-        for (rate, mode, metric), results in groups.items():
+        for (rate, mode, quantize, metric), results in groups.items():
             values = [r["value"] for r in results]
             ses = [r["se"] for r in results if is_number(r.get("se"))]
             rows.append(
-                {"run": run, "stage": stage, "task": task, "mode": mode, "mask_rate": rate,
-                 "metric": f"{task}/{metric}" if task and metric != task and "/" not in metric else metric,
+                {"run": run, "stage": stage, "task": task, "mode": variant_label(mode, quantize), "quantize": quantize,
+                 "mask_rate": rate, "metric": f"{task}/{metric}" if task and metric != task and "/" not in metric else metric,
                  "value": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
                  "se": statistics.fmean(ses) if ses else None, "seeds": len(values), "n": results[0].get("n")}
             )
@@ -101,7 +111,7 @@ def rows_from_document(run: str, document: dict, path: Path) -> list[dict]:
         raise WeMaskError(f"{path} holds no numeric metrics")
     rate = document.get("mask_rate")
     return [
-        {"run": run, "stage": stage, "task": task, "mode": document.get("mode") or "none",
+        {"run": run, "stage": stage, "task": task, "mode": document.get("mode") or "none", "quantize": "none",
          "mask_rate": rate if is_number(rate) else None, "metric": metric, "value": value, "std": 0.0, "se": None,
          "seeds": 1, "n": None}
         for metric, value in metrics.items()
@@ -124,19 +134,16 @@ def gather(directories: list[Path]) -> list[dict]:
 
 
 def write_rows(rows: list[dict], json_out: Path | None, csv_out: Path | None) -> list[Path]:
+    """The merged rows as strict JSON and/or CSV, each written atomically."""
     written = []
     if json_out:
-        from .render import write_json
-
-        written.append(write_json(rows, json_out))
+        written.append(atomic_write_json(json_out, rows))
     if csv_out:
-        csv_out = Path(csv_out)
-        csv_out.parent.mkdir(parents=True, exist_ok=True)
-        with csv_out.open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
-        written.append(csv_out)
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        written.append(atomic_write_text(csv_out, text.getvalue()))
     return written
 
 
@@ -148,25 +155,19 @@ def default_plot_path(directories: list[Path]) -> Path:
     return Path(os.path.commonpath(parents)) / "report.png"
 
 
-def report_command(
-    directories: list[Path], json_out: Path | None, csv_out: Path | None, plot: Path | None, no_plot: bool, overwrite: bool = False
-) -> list[dict]:
-    from .render import check_outputs, console, err_console, report_png, report_table
-
+def plan_report(
+    directories: list[Path], json_out: Path | None, csv_out: Path | None, plot: Path | None, no_plot: bool, overwrite: bool
+) -> tuple[list[Path], Path | None]:
+    """Before reading anything: the run directories (files skipped with a line) and the plot path; every output
+    file checked (new, or --overwrite; writable)."""
     skipped = [d for d in directories if Path(d).is_file()]
     for path in skipped:
-        err_console.print(f"[dim]skipping {path}: a file, not a run directory[/dim]")
+        say(f"skipping {path}: a file, not a run directory")
     directories = [Path(d) for d in directories if not Path(d).is_file()]
     if not directories and skipped:
         raise WeMaskError("every argument is a file: give run directories holding metrics.json")
     plot = None if no_plot or not directories else plot or default_plot_path(directories)
-    check_outputs([json_out, csv_out, plot], overwrite)
-    rows = gather(directories)
-    for stage in dict.fromkeys(row["stage"] for row in rows):
-        console.print(report_table([row for row in rows if row["stage"] == stage], stage))
-    written = write_rows(rows, json_out, csv_out)
-    if plot:
-        written.append(report_png(rows, plot))
-    if written:
-        err_console.print(f"Wrote {', '.join(str(p) for p in written)}")
-    return rows
+    for path, flag in ((json_out, "--json"), (csv_out, "--csv"), (plot, "--plot")):
+        if path is not None:
+            check_output_file(path, overwrite=overwrite, flag=flag)
+    return directories, plot

@@ -3,7 +3,8 @@
 Report keys: model, model_type, num_layers, layer_indexing ("0-based"), me_layer (int or null), confidence
 (share of prompts agreeing), agreement ("16/16"), jump (step, first_over_other, ffn_share at the ME layer),
 me_layer_metrics (that layer's record), earlier_rises, metric_peaks, residual_sink_dims, verdict, settings,
-prompts (one record per prompt), layers (one record per layer), mask_rates (one record per --mask-rate).
+prompts (one record per prompt), layers (one record per layer), mask_rates (one record per --mask-rate),
+massive_tokens (see massive.py; null without an ME layer), interventions (the saved ones re-installed on load).
 """
 
 from __future__ import annotations
@@ -13,16 +14,17 @@ from pathlib import Path
 
 import torch
 
-from .data import is_conversation, load_hub, load_local, looks_local, read_json_rows, read_text
-from .errors import WeMaskError
-from .infer import render_prompt
-from .method import locate as method
-from .method.arch import model_type, resolve_layers
-from .method.config import WeMaskConfig
-from .method.mask import apply_wemask, remove_wemask
-from .models import LoadedModel
+from ..data import is_conversation, load_hub, load_local, looks_local, read_json_rows, read_text
+from .. import massive, resources
+from ..errors import WeMaskError
+from ..method import locate as method
+from ..method.arch import model_type, resolve_layers
+from ..method.config import WeMaskConfig
+from ..method.mask import apply_wemask, remove_wemask
+from ..models import LoadedModel
+from ..prompts import encode
 
-DEFAULT_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "locate_prompts.jsonl"
+DEFAULT_PROMPTS = "locate_prompts.jsonl"  # bundled in wemask_cli.resources
 DATASET_PROMPTS = 32  # --num-prompts default for --dataset
 PEAKS = {  # metric -> (its ME-layer signature is a maximum, not a minimum; name in the verdict)
     "first_over_other": (True, "first/other norm ratio"), "norm_magnification": (True, "pre-FFN norm magnification"),
@@ -85,20 +87,10 @@ def load_prompts(
         raise WeMaskError(f"--num-prompts {num_prompts} is not valid: use 1 or more")
     if dataset:
         return read_dataset(dataset, text_field, num_prompts or DATASET_PROMPTS)
-    if prompts_file is None and not DEFAULT_PROMPTS.is_file():
-        raise WeMaskError(f"the default prompt set {DEFAULT_PROMPTS} is missing: pass --prompts FILE or --dataset NAME")
-    return read_prompt_file(prompts_file or DEFAULT_PROMPTS)[:num_prompts]
-
-
-def encode(tokenizer, prompts: list, max_length: int) -> list[list[int]]:
-    """Token ids per prompt: chat-formatted prompts through the chat template, text as is (with special tokens)."""
-    encoded = []
-    for prompt in prompts:
-        text, special = render_prompt(tokenizer, prompt, chat_template=isinstance(prompt, list))
-        encoded.append(tokenizer(text, add_special_tokens=special, truncation=True, max_length=max_length)["input_ids"])
-    if any(len(ids) == 0 for ids in encoded):
-        raise WeMaskError("a prompt encodes to no tokens: remove empty prompts")
-    return encoded
+    if prompts_file is None:
+        with resources.as_file(DEFAULT_PROMPTS) as path:
+            return read_prompt_file(path)[:num_prompts]
+    return read_prompt_file(prompts_file)[:num_prompts]
 
 
 def preview(prompt: str | list[dict], width: int = 60) -> str:
@@ -176,7 +168,8 @@ def run_locate(
     parts = resolve_layers(loaded.model)
     ids = encode(loaded.tokenizer, prompts, max_length)
     collect = dict(batch_size=batch_size, pad_id=loaded.tokenizer.pad_token_id or 0, progress=progress)
-    result = method.locate(loaded.model, ids, **collect)
+    with massive.recording(loaded.model, ids) as norms:
+        result = method.locate(loaded.model, ids, **collect)
     detection, layers = result.detection, result.layers
     me = detection.me_layer
     report = {
@@ -211,6 +204,8 @@ def run_locate(
         ],
         "layers": layers,
         "mask_rates": [],
+        "massive_tokens": None if me is None else massive.massive_tokens(norms, ids, loaded.tokenizer, me),
+        "interventions": loaded.installed.describe() if getattr(loaded, "installed", None) else [],
     }
     if mask_rates and me is not None:
         report["mask_rates"] = [masked_run(loaded, ids, me, rate, layers, **collect) for rate in mask_rates]
@@ -259,4 +254,6 @@ def verdict(report: dict) -> str:
     if sinks:
         dims = ", ".join(f"{s['dim']} (pre-FFN norm weight ~{s['median_ffn_norm_weight']:.3f})" for s in sinks)
         text += f" Residual sinks (large on most tokens in most layers): dim {dims}."
+    if report.get("massive_tokens"):
+        text += massive.describe(report["massive_tokens"])
     return text

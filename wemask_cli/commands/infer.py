@@ -6,12 +6,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
-from .data import read_text
-from .errors import WeMaskError
-from .method.config import WeMaskConfig
-from .method.mask import apply_wemask, remove_wemask
+from ..data import read_text
+from ..errors import WeMaskError
+from ..method.config import WeMaskConfig
+from ..outputs import atomic_write_text, dumps_strict
+from ..prompts import context_length, encode_left_truncated, warn_truncated
 
 
 @dataclass
@@ -60,67 +59,69 @@ def read_prompts(prompts: list[str] | None, input_file: Path | None) -> list[str
     return rows
 
 
-def render_prompt(tokenizer, prompt: str | list[dict], chat_template: bool) -> tuple[str, bool]:
-    """The text to tokenize, and whether special tokens still need adding (not after a chat template)."""
-    if chat_template and getattr(tokenizer, "chat_template", None):
-        messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False), False
-    if isinstance(prompt, list):
-        return "\n".join(message["content"] for message in prompt), True
-    return prompt, True
+def generate(model, tokenizer, prompts: list, settings: GenerationSettings) -> tuple[list[str], list[int]]:
+    """Batched generation with left padding, greedy unless a temperature is given; prompts longer than the
+    model's context (less --max-new-tokens) are cut from the left. Returns the completions and each prompt's cut."""
+    import torch
 
-
-@torch.no_grad()
-def generate(model, tokenizer, prompts: list, settings: GenerationSettings) -> list[str]:
-    """Batched generation with left padding; greedy unless a temperature is given."""
+    positions = context_length(model)
+    limit = None if positions is None else positions - settings.max_new_tokens
+    if limit is not None and limit < 1:
+        raise WeMaskError(f"--max-new-tokens {settings.max_new_tokens} leaves no room for a prompt in the model's {positions} positions")
+    encoded, cuts = encode_left_truncated(tokenizer, prompts, settings.chat_template, limit)
     tokenizer.padding_side = "left"
     device = next(model.parameters()).device
     completions = []
     torch.manual_seed(settings.seed)
     sampling = settings.temperature > 0
-    for start in range(0, len(prompts), settings.batch_size):
-        rendered = [render_prompt(tokenizer, p, settings.chat_template) for p in prompts[start : start + settings.batch_size]]
-        batch = tokenizer(
-            [text for text, _ in rendered], return_tensors="pt", padding=True, add_special_tokens=rendered[0][1]
-        ).to(device)
-        output = model.generate(
-            **batch,
-            max_new_tokens=settings.max_new_tokens,
-            do_sample=sampling,
-            temperature=settings.temperature if sampling else None,
-            top_p=settings.top_p if sampling else None,
-            top_k=None,
-            pad_token_id=tokenizer.pad_token_id,
-        )
+    for start in range(0, len(encoded), settings.batch_size):
+        ids = encoded[start : start + settings.batch_size]
+        batch = tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt").to(device)
+        with torch.no_grad():
+            output = model.generate(
+                **batch,
+                max_new_tokens=settings.max_new_tokens,
+                do_sample=sampling,
+                temperature=settings.temperature if sampling else None,
+                top_p=settings.top_p if sampling else None,
+                top_k=None,
+                pad_token_id=tokenizer.pad_token_id,
+            )
         new_tokens = output[:, batch["input_ids"].shape[1] :]
         completions.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
-    return completions
+    return completions, cuts
 
 
 def run_infer(loaded, prompts: list, configs: list[WeMaskConfig | None], settings: GenerationSettings) -> list[dict]:
     """Generate once per config (None: no mask) with one loaded model; one record per prompt and config."""
-    records = []
+    from ..method.mask import apply_wemask
+
+    records, cuts = [], []
     for config in configs:
-        resolved = apply_wemask(loaded.model, config).config if config is not None else None
+        handle = apply_wemask(loaded.model, config) if config is not None else None
         try:
-            completions = generate(loaded.model, loaded.tokenizer, prompts, settings)
+            completions, cuts = generate(loaded.model, loaded.tokenizer, prompts, settings)
         finally:
-            remove_wemask(loaded.model)
-        for prompt, completion in zip(prompts, completions):
+            if handle is not None:
+                handle.remove()
+        resolved = handle.config if handle is not None else None
+        for prompt, completion, cut in zip(prompts, completions, cuts):
             records.append(
                 {
                     "input": prompt,
                     "completion": completion,
                     "mask_rate": resolved.mask_rate if resolved else 0.0,
                     "wemask": resolved.to_dict() if resolved else None,
+                    "truncated": cut > 0,
                 }
             )
+    limit = context_length(loaded.model)
+    if limit is not None:
+        warn_truncated(cuts, limit - settings.max_new_tokens, f"the model's {limit} positions minus --max-new-tokens {settings.max_new_tokens}")
     return records
 
 
-def write_jsonl(records: list[dict], path: Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        for record in records:
-            handle.write(json.dumps(record) + "\n")
+def write_jsonl(records: list[dict], path: Path) -> Path:
+    """One strict-JSON line per record, written atomically."""
+    lines = (json.dumps(json.loads(dumps_strict(record))) + "\n" for record in records)
+    return atomic_write_text(path, "".join(lines))

@@ -1,0 +1,102 @@
+"""The `wemask` command line: flags, help, and user errors as one line (exit 2), never a traceback.
+
+One module per command registers it (`register(app)`); each imports its work inside the command body, so
+`wemask --help`, `wemask CMD --help` and usage errors never import torch, transformers or TRL.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+import typer
+
+from ..errors import WeMaskError
+from . import eval as eval_command
+from . import infer, locate, report, train
+
+app = typer.Typer(
+    help="WeMask: mask the massive-activation token's attention input, at inference or while fine-tuning with TRL.\n\n"
+    "Layer indices are 0-based everywhere (layer l is model.model.layers\\[l]).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+@app.callback()
+def wemask() -> None:
+    """WeMask for LLM inference and TRL fine-tuning."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C in a command (Typer would turn it into a silent exit 130): main() says so on one line."""
+
+
+def interruptible(callback):
+    """The command, with Ctrl-C raised as Interrupted (typer's signature inspection follows __wrapped__)."""
+
+    @functools.wraps(callback)
+    def command(*args, **kwargs):
+        try:
+            return callback(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise Interrupted() from None
+
+    return command
+
+
+for module in (infer, locate, train, eval_command, report):
+    module.register(app)
+for info in app.registered_commands:
+    info.callback = interruptible(info.callback)
+
+
+def quiet_libraries() -> None:
+    """Library noise off (progress bars, bitsandbytes' CPU notice, deprecations), without importing the libraries."""
+    import logging
+    import warnings
+
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read when huggingface_hub is first imported
+    if "transformers" in sys.modules:  # already imported (tests calling main() in-process): tell it directly
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", category=FutureWarning)  # libraries' deprecation notices, not the user's doing
+
+
+def usage_error(err: Exception) -> None:
+    """A click usage error as one line naming the command's --help (nothing for a bare `wemask`)."""
+    message = " ".join(err.format_message().split())
+    if message:  # empty for a bare `wemask`, whose help is already printed
+        ctx = getattr(err, "ctx", None)  # None for a missing option value: then the command is argv's first word
+        command = ctx.command_path if ctx else " ".join(["wemask", *[a for a in sys.argv[1:2] if not a.startswith("-")]])
+        print(f"wemask: error: {message} (see '{command} --help')", file=sys.stderr)
+
+
+def main() -> None:
+    """Entry point: user errors become one line on stderr and exit code 2; Ctrl-C one line and exit 130."""
+    from .. import progress
+    from ..render.common import RichReporter
+
+    try:
+        quiet_libraries()
+        progress.set_reporter(RichReporter())
+        code = app(prog_name="wemask", standalone_mode=False)  # usage errors come back here, not as a boxed usage text
+    except WeMaskError as err:
+        print(f"wemask: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except (Interrupted, KeyboardInterrupt):
+        print("wemask: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except typer.Abort:
+        sys.exit(130)
+    except Exception as err:
+        if not hasattr(err, "format_message"):  # not a click usage error (Typer 0.29 vendors click as typer._click)
+            raise
+        usage_error(err)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)  # an int is typer.Exit's code (--help: 0, Ctrl-C in training: 130)

@@ -1,0 +1,61 @@
+"""`wemask infer`: flags and console output; the work is in `wemask_cli.commands.infer`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .options import DtypeOpt, LayersOpt, MaskRateOpt, MeLayerOpt, ModelOpt, ReplaceOpt, SelectOpt, StrengthOpt
+
+
+def infer(
+    model: ModelOpt = None,
+    prompt: Annotated[Optional[list[str]], typer.Option("--prompt", "-p", help="A prompt (repeatable).")] = None,
+    input: Annotated[Optional[Path], typer.Option("--input", "-i", help="jsonl with 'prompt' or 'messages', or text lines.")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write jsonl: input, completion, WeMask settings.")] = None,
+    chat_template: Annotated[bool, typer.Option(help="Apply the model's chat template when it has one.")] = True,
+    max_new_tokens: int = 64,
+    temperature: Annotated[float, typer.Option(help="0 = greedy (default); > 0 samples.")] = 0.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    batch_size: int = 8,
+    dtype: DtypeOpt = "auto",
+    mask_rate: MaskRateOpt = None,
+    me_layer: MeLayerOpt = None,
+    select: SelectOpt = None,
+    layers: LayersOpt = None,
+    strength: StrengthOpt = None,
+    overwrite: ReplaceOpt = False,
+):
+    """Generate with and without WeMask; several --mask-rate values are shown side by side (one model load).
+
+    Without --mask-rate, the wemask_config.json saved in the model directory is applied, else no mask.
+    """
+    from ..commands.infer import GenerationSettings, read_prompts, run_infer, write_jsonl
+    from ..masking import MaskRequest
+    from ..outputs import check_output_file
+    from ..render.common import console, err_console
+    from ..render.infer import completions_table
+
+    request = MaskRequest.parse(mask_rate, me_layer, select, layers, strength)
+    settings = GenerationSettings(max_new_tokens, temperature, top_p, seed, batch_size, chat_template)
+    if output is not None:
+        check_output_file(output, overwrite=overwrite, flag="--output")
+    prompts = read_prompts(prompt, input)
+    from ..models import load_model  # torch: only once the flags and inputs are known to be good
+
+    with err_console.status("Loading model..."):
+        loaded = load_model(model, dtype=dtype)
+    configs = request.configs(loaded)
+    with err_console.status(f"Generating {len(prompts)} prompt(s) x {len(configs)} setting(s)..."):
+        records = run_infer(loaded, prompts, configs, settings)
+    console.print(completions_table(records))
+    if output:
+        write_jsonl(records, output)
+        err_console.print(f"Wrote {len(records)} records to {output}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(infer)

@@ -1,0 +1,69 @@
+"""`wemask locate`: flags and console output; the work is in `wemask_cli.commands.locate`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..errors import WeMaskError
+from .options import DtypeOpt, ModelOpt, ReplaceOpt
+
+
+def locate(
+    model: ModelOpt = None,
+    prompts: Annotated[Optional[Path], typer.Option(help="jsonl with 'text' or 'messages', or text lines (default: the bundled locate_prompts.jsonl).")] = None,
+    dataset: Annotated[Optional[str], typer.Option(help="Local .jsonl/.json/.parquet/.csv file or hub dataset name instead of --prompts.")] = None,
+    text_field: Annotated[str, typer.Option(help="Column of --dataset holding the text (or messages).")] = "text",
+    num_prompts: Annotated[Optional[int], typer.Option(help="Use the first N prompts (default: all of --prompts, 32 of --dataset).")] = None,
+    max_length: Annotated[int, typer.Option(help="Truncate prompts to this many tokens.")] = 256,
+    batch_size: Annotated[int, typer.Option(help="Prompts per forward pass (memory does not grow with --num-prompts).")] = 8,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the full report (stable keys, see README).")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="Write a PNG of the per-layer curves.")] = None,
+    mask_rate: Annotated[Optional[list[str]], typer.Option("--mask-rate", "-r", metavar="R", help="Also measure with WeMask at rate R from the ME layer (repeatable or comma list).")] = None,
+    dtype: DtypeOpt = "auto",
+    overwrite: ReplaceOpt = False,
+):
+    """Find the ME layer (0-based): where the first token's norm jumps by an order of magnitude, written by the FFN.
+
+    Prints per-layer statistics (SPEC section 2 metrics, attention sink, residual sinks) and a verdict.
+    """
+    from rich.progress import Progress
+
+    from ..commands.locate import load_prompts, run_locate
+    from ..masking import parse_mask_rates
+    from ..models import load_model
+    from ..outputs import atomic_write_json, check_output_file
+    from ..render.common import console, err_console
+    from ..render.locate import locate_plot, locate_table, mask_rates_table
+
+    rates = parse_mask_rates(",".join(mask_rate)) if mask_rate else []
+    if plot is not None and plot.suffix.lower() != ".png":
+        raise WeMaskError(f"--plot {plot}: the plot is a PNG, give a file name ending in .png")
+    for path, flag in ((json_out, "--json"), (plot, "--plot")):
+        if path is not None:
+            check_output_file(path, overwrite=overwrite, flag=flag)
+    texts = load_prompts(prompts, dataset, text_field, num_prompts)
+    with err_console.status("Loading model..."):
+        loaded = load_model(model, dtype=dtype)
+    with Progress(console=err_console, transient=True, disable=not err_console.is_terminal) as progress:
+        task = progress.add_task("Measuring layers", total=len(texts) * (1 + len(rates)))
+        report = run_locate(
+            loaded, texts, max_length=max_length, batch_size=batch_size, mask_rates=rates,
+            progress=lambda done: progress.advance(task, done),
+        )  # fmt: skip
+    console.print(locate_table(report, console.width))
+    if report["mask_rates"]:
+        console.print(mask_rates_table(report))
+    elif rates:
+        err_console.print("No ME layer found: --mask-rate was not measured.")
+    console.print(report["verdict"])
+    if json_out:
+        err_console.print(f"Wrote {atomic_write_json(json_out, report)}")
+    if plot:
+        err_console.print(f"Wrote {locate_plot(report, plot)}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(locate)

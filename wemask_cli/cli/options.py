@@ -1,0 +1,22 @@
+"""Option types shared by several commands (typer `Annotated` aliases)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+ModelOpt = Annotated[
+    Optional[str],
+    typer.Option("--model", "-m", help="Hub id, local model directory, .gguf file, or omit for the embedded SmolLM2-135M-Instruct."),
+]
+DtypeOpt = Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16 (auto: checkpoint dtype on GPU, float32 on CPU).")]
+MaskRateOpt = Annotated[
+    Optional[str],
+    typer.Option("--mask-rate", "-r", help="Share r in [0, 1] of dims to mask; a comma list (0,0.3,1.0) runs each rate."),
+]
+MeLayerOpt = Annotated[Optional[str], typer.Option("--me-layer", help="0-based ME layer, or 'auto' to locate it (cached per model).")]
+SelectOpt = Annotated[Optional[str], typer.Option(help="weight (the method: top |RMSNorm weight|) | activation | random.")]
+LayersOpt = Annotated[Optional[str], typer.Option(help="from-me (default) | me-only | all | a:b (0-based, b exclusive).")]
+StrengthOpt = Annotated[Optional[float], typer.Option(help="Masking strength in [0, 1]: dims are multiplied by 1 - strength.")]
+ReplaceOpt = Annotated[bool, typer.Option("--overwrite", help="Replace output files that already exist.")]

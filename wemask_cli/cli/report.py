@@ -1,0 +1,38 @@
+"""`wemask report`: flags; merging and rendering in `wemask_cli.commands.report`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .options import ReplaceOpt
+
+
+def report(
+    dirs: Annotated[list[Path], typer.Argument(help="Run directories with metrics.json (their sub-directories are searched too).")],
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the merged rows as JSON.")] = None,
+    csv_out: Annotated[Optional[Path], typer.Option("--csv", help="Write the merged rows as CSV.")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="PNG path (default report.png next to the run directories).")] = None,
+    no_plot: Annotated[bool, typer.Option("--no-plot", help="Skip the PNG.")] = False,
+    overwrite: ReplaceOpt = False,
+):
+    """Merge the metrics.json of any number of runs (eval, sft, dpo, grpo) into one table and one plot by mode and mask rate."""
+    from ..commands.report import gather, plan_report, write_rows
+    from ..render.common import console, err_console
+    from ..render.report import report_png, report_table
+
+    directories, plot = plan_report(dirs, json_out, csv_out, plot, no_plot, overwrite)
+    rows = gather(directories)
+    for stage in dict.fromkeys(row["stage"] for row in rows):
+        console.print(report_table([row for row in rows if row["stage"] == stage], stage))
+    written = write_rows(rows, json_out, csv_out)
+    if plot:
+        written.append(report_png(rows, plot))
+    if written:
+        err_console.print(f"Wrote {', '.join(str(p) for p in written)}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(report)

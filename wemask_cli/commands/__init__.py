@@ -1,0 +1,5 @@
+"""One module per command: the work behind `wemask infer`, `locate`, `eval` and `report`, rich-free (the CLI renders;
+the training commands' work is the core package train/).
+
+Commands import core modules (models, data, prompts, masking, ...) and the method, never each other.
+"""

@@ -1,0 +1,157 @@
+"""`wemask eval`: claim the output folder, read the data, load the model once, sweep, write (the CLI renders).
+
+Order matters: flags, output folder (claimed, checked writable) and data are all checked before the model loads,
+so a typo or an unwritable folder costs nothing. The sweep's axes are the mask rates and, with --quantize, the
+quantization settings (wemask_cli.eval.quantize); every variant is applied to the one loaded model and removed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import WeMaskError
+from ..eval.settings import EvalSettings
+from ..outputs import check_writable, claim_output_dir
+from ..progress import say, status
+
+DEFAULT_ROOT = Path("runs") / "eval"
+
+
+@dataclass
+class EvalRequest:
+    """Everything `wemask eval` was asked, parsed: `mask` is a masking.MaskRequest; `quantize` the --quantize text."""
+
+    model: str | None
+    settings: EvalSettings
+    mask: object
+    output: Path | None = None
+    overwrite: bool = False
+    dtype: str = "auto"
+    lm_eval_tasks: str | None = None
+    lm_eval_include: str | None = None
+    quantize: str | None = None  # e.g. "none,w8a8,w4a4,fp4"
+    fp4_block_size: int = 16
+    smoothquant: float | None = None
+
+
+def make_task(request: EvalRequest):
+    """The task object, its settings checked (before anything is loaded)."""
+    settings = request.settings
+    if request.lm_eval_tasks is not None:
+        from ..eval.lm_eval_task import LmEvalTask
+
+        if settings.task is not None:
+            raise WeMaskError("give either --task or --lm-eval-tasks, not both")
+        return LmEvalTask(settings, request.lm_eval_tasks, request.lm_eval_include)
+    if request.lm_eval_include is not None:
+        raise WeMaskError("--lm-eval-include applies to --lm-eval-tasks")
+    if settings.task is None:
+        from ..eval.tasks import TASKS
+
+        raise WeMaskError(f"no --task given: use one of {', '.join(TASKS)} (or --lm-eval-tasks)")
+    settings = settings.resolved()
+    return settings.task_class()(settings)
+
+
+def default_output(task: str, root: Path = DEFAULT_ROOT) -> Path:
+    """runs/eval/TASK-TIME, created exclusively: two runs started in the same second get -2, -3, ... suffixes."""
+    check_writable(root, is_dir=True, flag="--output")
+    base = root / f"{task}-{time.strftime('%Y%m%d-%H%M%S')}"
+    for attempt in range(1, 1000):
+        candidate = base if attempt == 1 else base.with_name(f"{base.name}-{attempt}")
+        try:
+            candidate.mkdir(parents=True)
+            return candidate
+        except FileExistsError:
+            continue
+    raise WeMaskError(f"could not create a fresh folder next to {base}: pass --output DIR")
+
+
+def quantize_axes(request: EvalRequest, prepared) -> list:
+    """The quantization axis (none without --quantize): one setting per scheme, applied by eval/quantize.py's
+    `simulate(model, scheme, block_size=, smoothquant=, calibration=)`; rows carry `quantize`, and the change
+    against `none` (when swept) is `delta_quantize`. SmoothQuant calibrates on the task's first sequences."""
+    if request.quantize is None:
+        return []
+    from functools import partial
+
+    import torch
+
+    from ..eval import quantize
+    from ..eval.sweep import Axis, Setting
+
+    calibration = [torch.tensor([ids]) for ids in prepared.samples] if request.smoothquant is not None else None
+    options = {"block_size": request.fp4_block_size, "smoothquant": request.smoothquant, "calibration": calibration}
+    names = quantize.parse_schemes(request.quantize)
+    settings = [Setting({"quantize": name}, partial(_simulated, quantize.simulate, name, options)) for name in names]
+    reference = "none" if "none" in names else None
+    return [Axis("quantize", settings, reference=reference, delta_key="delta_quantize", record_key="quantization")]
+
+
+@contextmanager
+def _simulated(simulate, scheme: str, options: dict, model):
+    with simulate(model, scheme, **options):
+        yield {"quantize": scheme, **{k: v for k, v in options.items() if k != "calibration"}}
+
+
+def run_eval(request: EvalRequest, plot: Callable[[dict, Path], Path] | None = None) -> tuple[dict, Path, list[Path]]:
+    """The whole command: returns (metrics.json's document, the output folder, the files written)."""
+    from ..eval.document import metrics_document, provenance, write_outputs
+
+    started = time.time()
+    task = make_task(request)
+    if request.quantize is not None:
+        from ..eval.quantize import parse_schemes
+
+        parse_schemes(request.quantize, block_size=request.fp4_block_size, smoothquant=request.smoothquant)  # before loading
+    output = Path(request.output).expanduser() if request.output else default_output(task.settings.task or "lm-eval")
+    with claim_output_dir(output, overwrite=request.overwrite, kind="eval", flag="--output"):
+        data = task.load()
+        sweep, loaded = evaluate(request, task, data)
+        lm_eval = task.name == "lm-eval"
+        prov = provenance(loaded, data.provenance(), started, lm_eval=lm_eval)
+        document = metrics_document(task=task.settings.task or task.name, primary=task.primary, unit=task.unit,
+                                    n_examples=len(data), sweep=sweep, settings=task.settings, prov=prov)
+        if lm_eval:
+            document["lm_eval"] = {"tasks": task.names, "include": task.include}
+        written = write_outputs(document, sweep.records, output)
+        if plot is not None:
+            written.append(plot(document, output))
+    return document, output, written
+
+
+def evaluate(request: EvalRequest, task, data):
+    """Load the model, build the sweep's axes, tokenize once, choose the batch size, run every variant."""
+    from .. import models
+    from ..eval.scoring import auto_batch_size, max_positions, pad_id_of
+    from ..eval.sweep import run_sweep, wemask_axis
+
+    with status("Loading model..."):
+        loaded = models.load_model(request.model, dtype=request.dtype)
+    prepared = task.prepare(loaded.tokenizer, data, max_positions(loaded.model))
+    axes = [wemask_axis(request.mask.configs(loaded))] + quantize_axes(request, prepared)
+    settings = task.settings
+    batch_size = settings.batch_size
+    if batch_size == "auto" and task.name != "lm-eval":
+        with status("Finding the largest batch that fits (--batch-size auto)..."):
+            batch_size = auto_batch_size(loaded.model, prepared.longest, prepared.units, pad_id_of(loaded.tokenizer))
+        say(f"--batch-size auto: {batch_size}")
+        task.settings = settings = _with_batch(settings, batch_size)
+    variants = 1
+    for axis in axes:
+        variants *= len(axis.settings)
+    unit = {"perplexity": "text(s)", "lm-eval": "task(s)"}.get(task.name, task.unit)
+    reader = f", read as {data.reader}" if data.reader and task.name != "lm-eval" else ""
+    say(f"{task.name} on {data.where}{reader}: {len(data)} {unit}, {variants} setting(s) x {settings.seeds} seed(s); "
+        f"seeds vary {settings.seed_note()}")
+    return run_sweep(loaded, axes, task, prepared, settings, batch_size), loaded
+
+
+def _with_batch(settings: EvalSettings, batch_size: int) -> EvalSettings:
+    from dataclasses import replace
+
+    return replace(settings, batch_size=batch_size)

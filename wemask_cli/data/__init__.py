@@ -1,0 +1,39 @@
+"""Datasets for training and evaluation: local files, folders or hub names, nested columns, formats, clear errors.
+
+- readers.py   files (.jsonl/.json/.parquet/.csv, plain text of any name) and hub datasets
+- folders.py   a save_to_disk folder or a folder of data files (a hub snapshot)
+- columns.py   dotted paths into nested records, --dataset-columns
+- formats.py   the layouts each stage accepts, per-row checks
+- verl.py      verl's RL layout, recognised without flags
+- training.py  load_training_data (the stages' entry point), report_dropped
+"""
+
+from .columns import (
+    apply_column_map,
+    check_column,
+    column_value,
+    has_column,
+    missing_column_message,
+    nested_columns,
+    parse_column_map,
+)
+from .formats import FORMATS, DataFormat, check_rows, detect_format, is_conversation, text_problem
+from .readers import (
+    LOCAL_SUFFIXES,
+    load_hub,
+    load_local,
+    looks_local,
+    read_json_rows,
+    read_text,
+    read_text_file,
+    slice_local,
+)
+from .training import load_training_data, open_dataset, report_dropped
+from .verl import VERL_ANSWER, is_verl
+
+__all__ = [
+    "FORMATS", "LOCAL_SUFFIXES", "VERL_ANSWER", "DataFormat", "apply_column_map", "check_column", "check_rows",
+    "column_value", "detect_format", "has_column", "is_conversation", "is_verl", "load_hub", "load_local",
+    "load_training_data", "looks_local", "missing_column_message", "nested_columns", "open_dataset",
+    "parse_column_map", "read_json_rows", "read_text", "read_text_file", "report_dropped", "slice_local", "text_problem",
+]

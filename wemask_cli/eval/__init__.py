@@ -1,0 +1,13 @@
+"""`wemask eval`'s machinery (rich-free; the command is commands/eval.py, the table render/eval.py).
+
+- settings.py      EvalSettings: the flags, checked, with each task's defaults
+- data.py          reading examples: bundled sets, files, folders, plain text, hub; columns and dotted paths
+- tasks/           one class per task (perplexity, choice, math, refusal) on the Task interface; TASKS registry
+- scoring.py       log-likelihoods: token log-probs, rolling windows, options sharing their context, batch size auto
+- generation.py    batched, seeded generation with left truncation (math, refusal)
+- stats.py         Metric, standard errors (n - 1), paired changes, summaries over seeds
+- sweep.py         axes and settings (mask rate; quantization), the one-load sweep over every variant
+- lm_eval_task.py  lm-evaluation-harness tasks as one more task in the same sweep
+- document.py      metrics.json, results.csv, examples.jsonl and their provenance
+- quantize.py      the quantization axis (simulated W8A8 / W4A8 / W4A4 / FP4)
+"""

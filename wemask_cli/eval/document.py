@@ -1,0 +1,111 @@
+"""metrics.json, results.csv and examples.jsonl of an eval run, with its provenance.
+
+metrics.json (`wemask report` reads it):
+    {"schema": "wemask-metrics/1", "stage": "eval", "task": "choice", "model": "<dir or hub id>",
+     "data": "<file or dataset>", "fields": {...}, "n_examples": 60, "unit": "examples" | "windows",
+     "mode": "free" | "aware" | "none" | null, "mask_rates": [0.0, 0.3], "mask_rate": null, "axes": ["mask_rate", ...],
+     "primary_metric": "accuracy", "deltas": {"delta": "mask_rate=0", ...} (what each change is measured against),
+     "results": [{"mask_rate": 0.3, "mode": "free", "me_layer": 5, (other axes' labels,) "seed": 0, "metric": "accuracy",
+                  "value": 0.41, "se": 0.06 (null with one unit), "n": 60, "delta": 0.02, "delta_se": 0.01}, ...],
+     "summary": [{labels..., "metric", "mean", "std" (across seeds), "se", "seeds", "n", "delta", "delta_se"}],
+     "seeds": {"count": 1, "varies": "..."}, "settings": {...}, "wemask": [applied WeMask config or null per rate],
+     "provenance": {"versions": {...}, "model": {...}, "tokenizer": {...}, "data": {...}, "command": "...",
+                    "started": "...", "duration_s": 12.3}, "created": "...", "wemask_version": "..."}
+Accuracies and rates are fractions in [0, 1]; `delta` is the change from r = 0 paired unit by unit.
+examples.jsonl: one record per unit, variant and seed (prompts and continuations included), each with `run`:
+the short provenance (task, model, revision, data hash, start time); strict JSON (non-finite numbers as null).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import importlib.metadata
+import io
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from ..outputs import atomic_write_json, atomic_write_text, strict_json
+from .stats import summarize
+
+SCHEMA = "wemask-metrics/1"
+METRICS_FILE = "metrics.json"
+LIBRARIES = ("wemask-cli", "torch", "transformers", "trl", "lm-eval")
+
+
+def versions(lm_eval: bool) -> dict[str, str | None]:
+    found = {}
+    for name in LIBRARIES:
+        if name == "lm-eval" and not lm_eval:
+            continue
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def provenance(loaded, data_info: dict, started: float, lm_eval: bool = False) -> dict:
+    """Library versions, model path and revision, tokenizer BOS/EOS and chat-template hash, data, command, times."""
+    tokenizer, config = loaded.tokenizer, getattr(loaded.model, "config", None)
+    template = getattr(tokenizer, "chat_template", None)
+    return {
+        "versions": versions(lm_eval),
+        "model": {"path": loaded.source, "revision": getattr(config, "_commit_hash", None),
+                  "dtype": str(getattr(loaded.model, "dtype", "")).removeprefix("torch.") or None},
+        "tokenizer": {"bos_token": tokenizer.bos_token, "bos_token_id": tokenizer.bos_token_id,
+                      "eos_token": tokenizer.eos_token, "eos_token_id": tokenizer.eos_token_id,
+                      "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest() if isinstance(template, str) else None},
+        "data": data_info,
+        "command": " ".join(["wemask", *sys.argv[1:]]),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "duration_s": round(time.time() - started, 3),
+    }
+
+
+def metrics_document(*, task: str, primary: str, unit: str, n_examples: int, sweep, settings, prov: dict) -> dict:
+    """The metrics.json object of a finished sweep (see the module docstring)."""
+    from .. import __version__
+
+    results = sweep.results
+    rates = list(dict.fromkeys(r["mask_rate"] for r in results))
+    modes = list(dict.fromkeys(r["mode"] for r in results))
+    return {
+        "schema": SCHEMA, "stage": "eval", "task": task, "model": prov["model"]["path"],
+        "data": prov["data"].get("path") or prov["data"].get("source"), "fields": prov["data"].get("fields", {}),
+        "n_examples": results[0]["n"] if results else n_examples, "unit": unit,
+        "mode": modes[0] if len(modes) == 1 else None, "mask_rates": rates, "mask_rate": rates[0] if len(rates) == 1 else None,
+        "axes": [label for label in sweep.labels if label not in ("mode", "me_layer")],
+        "primary_metric": primary, "deltas": sweep.deltas, "results": results, "summary": summarize(results, sweep.labels),
+        "seeds": {"count": settings.seeds, "varies": settings.seed_note()},
+        "settings": {k: v for k, v in asdict(settings).items() if v is not None},
+        **sweep.applied,
+        "provenance": prov, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wemask_version": __version__,
+    }
+
+
+RESULT_COLUMNS = ["mask_rate", "mode", "me_layer", "seed", "metric", "value", "se", "n", "delta", "delta_se"]
+
+
+def write_outputs(document: dict, records: list[dict], output: Path) -> list[Path]:
+    """metrics.json, results.csv and examples.jsonl (one record per unit, with the run's short provenance)."""
+    written = [atomic_write_json(output / METRICS_FILE, document)]
+    extra = [a for a in document.get("axes", []) if a not in RESULT_COLUMNS]
+    columns = RESULT_COLUMNS[:3] + extra + RESULT_COLUMNS[3:]
+    columns += sorted({k for r in document["results"] for k in r if k.startswith("delta_") and k not in columns})
+    handle = io.StringIO()
+    writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(document["results"])
+    written.append(atomic_write_text(output / "results.csv", handle.getvalue()))
+    if records:
+        prov = document["provenance"]
+        run = {"task": document["task"], "model": prov["model"]["path"], "revision": prov["model"]["revision"],
+               "data_sha256": prov["data"].get("sha256"), "started": prov["started"]}
+        clean = (strict_json({**record, "run": run})[0] for record in records)
+        lines = "".join(json.dumps(record, default=str, allow_nan=False) + "\n" for record in clean)
+        written.append(atomic_write_text(output / "examples.jsonl", lines))
+    return written

@@ -1,0 +1,160 @@
+"""lm-evaluation-harness tasks run through the loaded (and hooked) model, as one more eval task.
+
+`LmEvalTask` plugs into the same sweep as the native tasks: one TaskManager per sweep (built before the model
+loads, so an unknown task is refused on one line first), one HFLM around the loaded model, and for each variant
+`lm_eval.simple_evaluate` with the chat template, few-shot count and per-sample logging passed through. Metrics are
+`<task>/<metric>`; the primary metric is the first task's own first metric (acc, exact_match, word_perplexity...),
+n is the task's effective sample count, and per-sample values give the paired change against r = 0.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import statistics
+from pathlib import Path
+
+from ..errors import WeMaskError
+from .data import EvalData
+from .settings import DEFAULT_WINDOW, EvalSettings
+from .stats import Metric, mean_se
+from .tasks.base import Prepared, Scored, Task
+
+NOT_UNDER_LM_EVAL = {  # EvalSettings field -> flag: these configure native tasks only
+    "task": "--task", "data": "--data", "split": "--split", "data_config": "--data-config", "text_field": "--text-field",
+    "question_field": "--question-field", "choices_field": "--choices-field", "answer_field": "--answer-field",
+    "stride": "--stride", "max_new_tokens": "--max-new-tokens", "temperature": "--temperature",
+    "prompt_template": "--prompt-template",
+}
+
+
+def require_lm_eval() -> None:
+    try:
+        import lm_eval  # noqa: F401
+    except ImportError:
+        raise WeMaskError(
+            "--lm-eval-tasks needs lm-evaluation-harness, which is not installed: `pip install lm-eval`, or use --task"
+        ) from None
+
+
+def check_flags(settings: EvalSettings) -> None:
+    """Refuse, on one line, the flags that do not apply to lm-eval tasks."""
+    given = [flag for name, flag in NOT_UNDER_LM_EVAL.items() if getattr(settings, name) is not None]
+    given += ["--window"] if settings.window not in (None, DEFAULT_WINDOW) else []
+    given += ["--seeds"] if settings.seeds != 1 else []
+    given += ["--top-p"] if settings.top_p != 1.0 else []
+    if given:
+        raise WeMaskError(
+            f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to --lm-eval-tasks (the lm-eval task "
+            "defines its data, prompt and generation); drop it, or use --task"
+        )
+
+
+class LmEvalTask(Task):
+    """The --lm-eval-tasks "task": names, an optional --lm-eval-include folder of YAML tasks."""
+
+    name = "lm-eval"
+    primary = ""
+    bundled = ""
+
+    def __init__(self, settings: EvalSettings, names: str, include: str | None):
+        super().__init__(settings)
+        self.names = [n.strip() for n in names.split(",") if n.strip()]
+        self.include = include
+        self.manager = None
+        self.lm = None
+
+    def load(self) -> EvalData:
+        """Check lm-eval, the flags and every task name (one TaskManager, built here, before the model loads)."""
+        require_lm_eval()
+        if not self.names:
+            raise WeMaskError("--lm-eval-tasks is empty: give task names, e.g. arc_easy,piqa")
+        check_flags(self.settings)
+        if self.include is not None and not Path(self.include).expanduser().is_dir():
+            raise WeMaskError(f"--lm-eval-include {self.include}: no such folder")
+        logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its notes on YAML defaults are not the user's concern
+        self.manager = self.task_manager()
+        self.primary = f"{self.names[0]}/?"
+        where = f"lm-eval tasks {','.join(self.names)}" + (f" (include {self.include})" if self.include else "")
+        return EvalData(self.name, where, rows=[{"task": n} for n in self.names], path=self.include, reader="lm-eval")
+
+    def task_manager(self):
+        from lm_eval.tasks import TaskManager
+
+        include = str(Path(self.include).expanduser()) if self.include else None
+        if include:  # the include folder alone is much faster to index than lm-eval's 14,000 tasks
+            local = TaskManager(include_path=include, include_defaults=False)
+            if all(self.known(local, name) for name in self.names):
+                return local
+        manager = TaskManager(include_path=include)
+        unknown = [name for name in self.names if not self.known(manager, name)]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], manager.all_tasks, n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            where = f" or in --lm-eval-include {self.include}" if self.include else "; local YAML tasks need --lm-eval-include DIR"
+            raise WeMaskError(f"--lm-eval-tasks: {unknown[0]!r} is not an lm-eval task{hint}{where}")
+        return manager
+
+    @staticmethod
+    def known(manager, name: str) -> bool:
+        return name in manager.all_tasks or Path(name).expanduser().is_file()
+
+    def prepare(self, tokenizer, data, max_positions) -> Prepared:
+        return Prepared(len(self.names), 0)
+
+    def evaluate(self, model, tokenizer, prepared, seed, batch_size, advance) -> Scored:
+        import lm_eval
+        from lm_eval.models.huggingface import HFLM
+
+        s = self.settings
+        if self.lm is None:
+            self.lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=s.batch_size)
+        chat = bool(s.chat_template)
+        out = lm_eval.simple_evaluate(
+            model=self.lm, tasks=self.names, task_manager=self.manager, limit=s.limit, num_fewshot=s.num_fewshot or None,
+            apply_chat_template=chat, fewshot_as_multiturn=chat, log_samples=True, fewshot_random_seed=s.fewshot_seed,
+            bootstrap_iters=1000,
+        )
+        advance(len(self.names))
+        return scored_from(out, self)
+
+
+def task_primary(config: dict, metrics: dict) -> str | None:
+    """The task's own primary metric: the first of its metric_list, else its first reported one (never sample_len)."""
+    listed = [m.get("metric") for m in (config or {}).get("metric_list") or [] if isinstance(m.get("metric"), str)]
+    names = listed + [key.partition(",")[0] for key in metrics]
+    return next((n for n in names if n and n not in ("alias", "sample_len") and "_stderr" not in n), None)
+
+
+def scored_from(out: dict, task: LmEvalTask) -> Scored:
+    """Metrics `<task>/<metric>` with their standard errors, per-sample items and records, from simple_evaluate's output."""
+    metrics, n, records = {}, {}, []
+    for name, values in out["results"].items():
+        samples = sorted(out.get("samples", {}).get(name, []), key=lambda s: s.get("doc_id", 0))
+        count = (out.get("n-samples", {}).get(name) or {}).get("effective") or len(samples)
+        primary = task_primary(out.get("configs", {}).get(name, {}), values)
+        if name == task.names[0] and primary:
+            task.primary = f"{name}/{primary}"
+        for key, value in values.items():
+            metric, _, filt = key.partition(",")
+            if metric in ("alias", "sample_len") or "_stderr" in metric or isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            se = values.get(f"{metric}_stderr,{filt}")
+            items = [float(s[metric]) for s in samples if isinstance(s.get(metric), (int, float))]
+            pairable = len(items) == len(samples) > 0 and abs(statistics.fmean(items) - value) < 1e-9
+            se = float(se) if isinstance(se, (int, float)) else (mean_se(items) if pairable else None)
+            metrics[f"{name}/{metric}"] = Metric(float(value), se, items, pairable=pairable)
+            n[f"{name}/{metric}"] = count
+        records += [sample_record(name, s) for s in samples]
+    return Scored(metrics, n, records)
+
+
+def sample_record(task: str, sample: dict) -> dict:
+    """One lm-eval sample: the full prompt, its continuations or generation, the target and its metric values."""
+    arguments = [a for a in sample.get("arguments", [])]
+    first = arguments[0] if arguments else ()
+    record = {"task": task, "doc_id": sample.get("doc_id"), "prompt": first[0] if first else None,
+              "continuations": [a[1] for a in arguments if len(a) > 1 and isinstance(a[1], str)],
+              "target": sample.get("target"), "responses": sample.get("filtered_resps")}
+    record.update({k: v for k, v in sample.items() if k in sample.get("metrics", [])})
+    return record

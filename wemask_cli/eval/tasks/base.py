@@ -1,0 +1,104 @@
+"""The task interface (in the spirit of lm-evaluation-harness's `Task`): defaults, data, preparation, scoring.
+
+A task is one class: its defaults as class attributes, `load` (read and check the examples, before any model
+loads), `prepare` (tokenize once, on the loaded model's tokenizer) and `evaluate` (score one variant of the model:
+metrics, the number of units, per-unit records). Register it with `@register` in tasks/__init__.py.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ...progress import warn
+from ..data import EvalData
+from ..settings import EvalSettings
+from ..stats import Metric
+
+CALIBRATION = 8  # sequences a task offers as `Prepared.samples`
+
+
+@dataclass
+class Prepared:
+    """A task's tokenized work: `units` counted by the progress bar and `n`, `longest` sequence (for --batch-size
+    auto), the task's own `payload`, and a few of its token sequences as `samples` (SmoothQuant's calibration)."""
+
+    units: int
+    longest: int
+    payload: Any = None
+    samples: list[list[int]] = field(default_factory=list)
+
+
+@dataclass
+class Scored:
+    """One evaluation of one model variant: metrics by name, the number of units (or per metric), per-unit records."""
+
+    metrics: dict[str, Metric]
+    n: int | dict[str, int]
+    records: list[dict] = field(default_factory=list)
+
+
+class Task:
+    """Base class: subclasses set the class attributes and implement load, prepare and evaluate."""
+
+    name: ClassVar[str]
+    primary: ClassVar[str]  # the metric tables, plots, deltas and `wemask report` lead with
+    bundled: ClassVar[str]  # the file in wemask_cli/resources/eval used without --data
+    unit: ClassVar[str] = "examples"
+    generates: ClassVar[bool] = False  # generation tasks sample with --seeds/--temperature
+    template: ClassVar[str | None] = None  # default --prompt-template (None: the task takes none)
+    chat_default: ClassVar[bool] = False  # default --chat-template
+    fewshot: ClassVar[bool] = False  # accepts --num-fewshot
+    max_new_tokens: ClassVar[int | None] = None
+
+    def __init__(self, settings: EvalSettings):
+        self.settings = settings
+
+    def load(self) -> EvalData:
+        raise NotImplementedError
+
+    def prepare(self, tokenizer, data: EvalData, max_positions: int | None) -> Prepared:
+        raise NotImplementedError
+
+    def evaluate(self, model, tokenizer, prepared: Prepared, seed: int, batch_size: int,
+                 advance: Callable[[int], None]) -> Scored:
+        raise NotImplementedError
+
+
+def check_fewshot(k: int, count: int) -> None:
+    """Refuse --num-fewshot k on data of k examples or fewer (checked when the data loads, before the model)."""
+    if k >= count > 0 and k:
+        from ...errors import WeMaskError
+
+        raise WeMaskError(f"--num-fewshot {k} needs more than {k} examples in the data (it has {count})")
+
+
+def fewshot_draws(count: int, k: int, seed: int) -> list[list[int]]:
+    """For each of `count` examples, `k` other examples' indices drawn with a fixed seed (recorded in the output)."""
+    if k == 0:
+        return [[] for _ in range(count)]
+    check_fewshot(k, count)
+    rng = random.Random(seed)
+    draws = []
+    for index in range(count):
+        picked = rng.sample(range(count - 1), k)
+        draws.append([i if i < index else i + 1 for i in picked])
+    return draws
+
+
+def left_truncate(ids: list[int], room: int) -> tuple[list[int], int]:
+    """The last `room` tokens of `ids` (at least one) and how many were cut."""
+    room = max(1, room)
+    return (ids[-room:], len(ids) - room) if len(ids) > room else (ids, 0)
+
+
+def warn_truncated(cuts: list[int], what: str, room: int) -> None:
+    """One warning line for all prompts cut from the left (PLAN decision: truncated, never refused)."""
+    cut = [c for c in cuts if c > 0]
+    if cut:
+        warn(
+            f"{len(cut)} {what} longer than the model's context were truncated from the left to {room} tokens "
+            f"(up to {max(cut)} tokens cut; `truncated: true` in examples.jsonl)"
+        )

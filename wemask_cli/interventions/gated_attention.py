@@ -1,0 +1,72 @@
+"""Gated attention (kind "gated_attention"): o_proj(a ⊙ g(x)), g(x) = 2·σ(W_up · W_down · x) from the attention input x."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import WeMaskError
+from .base import Active, FlagSpec, Installed, Intervention
+from .common import as_int, check_layers, check_rank, extras_without_main, layer_indices, off
+from .registry import register
+
+
+@register
+@dataclass
+class GatedAttention(Intervention):
+    """An elementwise gate on the attention output before o_proj, computed from the normed hidden states the
+    attention receives (after WeMask, when both are installed). Low rank (the paper uses a full d x d map):
+    W_down (d -> rank), W_up (rank -> o_proj inputs), W_up zero so g = 1 at step 0."""
+
+    rank: int = 16
+    layers: str = "all"
+    seed: int = 0
+
+    kind = "gated_attention"
+    has_parameters = True
+    FLAGS = (
+        FlagSpec("--gated-attention", bool, "an elementwise 2·sigmoid gate on the attention output, before o_proj", False),
+        FlagSpec("--gated-attention-rank", int, "rank of the gated-attention projection", 16),
+        FlagSpec("--gated-attention-layers", str, "0-based layers for gated attention: all, a:b or a:", "all"),
+    )
+
+    def __post_init__(self) -> None:
+        check_rank(self.rank, self.kind)
+        check_layers(self.layers, self.kind)
+
+    @classmethod
+    def from_options(cls, options: dict) -> "GatedAttention | None":
+        if off(options.get("gated_attention")):
+            extras_without_main(options, "gated_attention", {"gated_attention_rank": 16, "gated_attention_layers": "all"})
+            return None
+        rank = as_int(options.get("gated_attention_rank"), "--gated-attention-rank", 16)
+        return cls(rank=rank, layers=options.get("gated_attention_layers") or "all")
+
+    def describe(self) -> str:
+        return f"gated attention, rank {self.rank}, layers {self.layers} (0-based)"
+
+    def install(self, model, *, active: Active | None = None) -> Installed:
+        """Add one LowRankGate per layer under the decoder layer; pre-hooks on the attention and its o_proj."""
+        from ..method.arch import resolve_layers
+        from ..method.hooks import register_hook
+        from ..method.remedies import AttentionOutputGate, LowRankGate
+
+        parts = resolve_layers(model)
+        installed = Installed(self)
+        try:
+            for l in layer_indices(self.layers, len(parts), self.kind):
+                attention = parts[l].attention
+                o_proj = getattr(attention, "o_proj", None)
+                width = getattr(o_proj, "in_features", None)
+                if width is None:
+                    raise WeMaskError(f"layer {l}'s attention has no o_proj with in_features: gated attention needs one")
+                weight = parts[l].attn_norm.weight
+                seed = self.seed * 1_000_003 + l
+                gate = LowRankGate(weight.shape[-1], width, self.rank, swish=False, seed=seed, device=weight.device, dtype=weight.dtype)
+                installed.add_module(str(l), parts[l].layer, "wemask_gated_attention", gate)
+                hook = AttentionOutputGate(gate, active)
+                installed.records.append(register_hook(attention, self.kind, l, hook.compute, pre=True, with_kwargs=True))
+                installed.records.append(register_hook(o_proj, self.kind, l, hook.apply, pre=True))
+        except BaseException:
+            installed.remove()
+            raise
+        return installed

@@ -1,0 +1,74 @@
+"""GatedNorm (kind "gated_norm"): after the chosen RMSNorms, y' = g(y) ⊙ y, g(y) = 2·σ(W_up · swish(W_down · y))."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import Active, FlagSpec, Installed, Intervention
+from .common import as_int, check_layers, check_rank, check_sites, extras_without_main, layer_indices, off
+from .registry import register
+
+
+@register
+@dataclass
+class GatedNorm(Intervention):
+    """A low-rank self-gate after the pre-attention ('attn'), pre-FFN ('ffn') or both norms of the chosen layers.
+
+    W_up starts at zero, so g = 1 and the model is unchanged at step 0 (the paper's σ(·) alone would halve it).
+    `seed` seeds W_down's initialisation (per layer and site), leaving the global RNG alone.
+    """
+
+    norms: str = "both"
+    rank: int = 16
+    layers: str = "all"
+    seed: int = 0
+
+    kind = "gated_norm"
+    has_parameters = True
+    FLAGS = (
+        FlagSpec("--gated-norm", str, "GatedNorm after the pre-attention, pre-FFN or both RMSNorms", None, ("attn", "ffn", "both")),
+        FlagSpec("--gated-norm-rank", int, "rank r of GatedNorm's W_down (d->r) and W_up (r->d)", 16),
+        FlagSpec("--gated-norm-layers", str, "0-based layers for GatedNorm: all, a:b (b exclusive) or a: (to the end)", "all"),
+    )
+
+    def __post_init__(self) -> None:
+        check_sites(self.norms, self.kind)
+        check_rank(self.rank, self.kind)
+        check_layers(self.layers, self.kind)
+
+    @classmethod
+    def from_options(cls, options: dict) -> "GatedNorm | None":
+        if off(options.get("gated_norm")):
+            extras_without_main(options, "gated_norm", {"gated_norm_rank": 16, "gated_norm_layers": "all"})
+            return None
+        return cls(
+            norms=options["gated_norm"],
+            rank=as_int(options.get("gated_norm_rank"), "--gated-norm-rank", 16),
+            layers=options.get("gated_norm_layers") or "all",
+        )
+
+    def describe(self) -> str:
+        return f"GatedNorm on the {self.norms} norm(s), rank {self.rank}, layers {self.layers} (0-based)"
+
+    def install(self, model, *, active: Active | None = None) -> Installed:
+        """Add one LowRankGate per (layer, norm) under the decoder layer and a forward hook on that norm."""
+        from ..method.arch import resolve_layers
+        from ..method.hooks import register_hook
+        from ..method.remedies import LowRankGate, NormOutputGate
+
+        parts = resolve_layers(model)
+        installed = Installed(self)
+        try:
+            for l in layer_indices(self.layers, len(parts), self.kind):
+                for site in check_sites(self.norms, self.kind):
+                    norm = parts[l].attn_norm if site == "attn" else parts[l].ffn_norm
+                    weight = norm.weight
+                    d = weight.shape[-1]
+                    seed = self.seed * 1_000_003 + 2 * l + (site == "ffn")
+                    gate = LowRankGate(d, d, self.rank, swish=True, seed=seed, device=weight.device, dtype=weight.dtype)
+                    installed.add_module(f"{l}.{site}", parts[l].layer, f"wemask_gated_norm_{site}", gate)
+                    installed.records.append(register_hook(norm, self.kind, l, NormOutputGate(gate, active), pre=False))
+        except BaseException:
+            installed.remove()
+            raise
+        return installed

@@ -1,0 +1,57 @@
+"""The registry of intervention kinds: JSON records and parsed options -> configs, torch-free.
+
+Adding an intervention = one module with a registered Intervention subclass, imported in `_load_builtin`.
+Trainers, infer and eval read `flag_specs()` and call `configs_from_options()`; they never name a kind.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .base import FlagSpec, Intervention, InterventionConfigError
+
+KINDS: dict[str, type[Intervention]] = {}
+BUILTIN = ("wemask", "gated_norm", "pre_affine", "gated_attention")  # modules of this package, in install order
+
+
+def register(cls: type[Intervention]) -> type[Intervention]:
+    """Class decorator: make `cls` known by its `kind` (for JSON records and options)."""
+    if not cls.kind:
+        raise TypeError(f"{cls.__name__} has no kind")
+    KINDS[cls.kind] = cls
+    return cls
+
+
+def _load_builtin() -> None:
+    for name in BUILTIN:
+        importlib.import_module(f".{name}", __package__)
+
+
+def kinds() -> dict[str, type[Intervention]]:
+    """Every registered kind, in install order (WeMask first, then the remedies)."""
+    _load_builtin()
+    order = [name for name in BUILTIN if name in KINDS] + [name for name in KINDS if name not in BUILTIN]
+    return {name: KINDS[name] for name in order}
+
+
+def config_from_dict(data: dict) -> Intervention:
+    """An intervention config from its JSON record ({"kind": ..., ...}); one-line errors."""
+    if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+        raise InterventionConfigError(f"an intervention record needs a 'kind': got {str(data)[:80]}")
+    known = kinds()
+    if data["kind"] not in known:
+        raise InterventionConfigError(
+            f"unknown intervention kind {data['kind']!r}: this wemask knows {', '.join(known)} (upgrade wemask?)"
+        )
+    return known[data["kind"]].from_dict(data)
+
+
+def flag_specs() -> list[FlagSpec]:
+    """Every registered intervention's flags (WeMask's own flags are parsed by masking.MaskRequest, not here)."""
+    return [spec for cls in kinds().values() for spec in cls.FLAGS]
+
+
+def configs_from_options(options: dict) -> list[Intervention]:
+    """The configs the parsed options ask for, in install order. Keys are FlagSpec.dest ('gated_norm', ...);
+    missing keys mean "not given". A sub-flag without its main flag (e.g. --gated-norm-rank alone) is an error."""
+    return [config for cls in kinds().values() if (config := cls.from_options(options)) is not None]

@@ -1,0 +1,162 @@
+"""The saved-run format: interventions.json (the list of configs) + interventions.safetensors (their weights).
+
+    interventions.json  {"format": "wemask-interventions", "version": 1,
+                         "interventions": [{"kind": "wemask", ...}, {"kind": "gated_norm", ...}],
+                         "weights": "interventions.safetensors" | null}
+    interventions.safetensors   tensors named "<kind>.<local name>", e.g. "gated_norm.3.attn.up"
+
+Safetensors only, never pickle. Every file is written to a temporary file and moved into place with
+os.replace, weights first, so a reader never sees a list whose weights are missing. A WeMask entry also
+writes the legacy wemask_config.json for older readers; a folder holding only a wemask_config.json still
+loads (as a run with one WeMask entry). Torch is imported only to read or write weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..method.config import CONFIG_NAME, WeMaskConfig
+from .base import Intervention, InterventionConfigError
+from .registry import config_from_dict
+
+INTERVENTIONS_FILE = "interventions.json"
+WEIGHTS_FILE = "interventions.safetensors"
+FORMAT = "wemask-interventions"
+VERSION = 1
+
+
+@dataclass
+class SavedRun:
+    """What a run folder carries: the intervention configs (install order) and their weights ({} when none)."""
+
+    configs: list[Intervention]
+    weights: dict = field(default_factory=dict, repr=False)
+    source: str = INTERVENTIONS_FILE  # or CONFIG_NAME for a legacy folder
+
+    @property
+    def wemask(self) -> WeMaskConfig | None:
+        """The saved WeMaskConfig, if the run has one."""
+        return next((c.config for c in self.configs if c.kind == "wemask"), None)
+
+    @property
+    def remedies(self) -> list[Intervention]:
+        """The saved interventions other than WeMask."""
+        return [c for c in self.configs if c.kind != "wemask"]
+
+    def install(self, model, *, active=None, include_wemask: bool = True):
+        """install_all() these configs with their weights; `include_wemask=False` leaves WeMask to the caller."""
+        from . import install_all
+
+        configs = self.configs if include_wemask else self.remedies
+        return install_all(model, configs, weights=self.weights, active=active)
+
+
+def _temporary(path: Path) -> str:
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    return name
+
+
+def _write_text(path: Path, text: str) -> None:
+    temporary = _temporary(path)
+    try:
+        Path(temporary).write_text(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _write_weights(path: Path, tensors: dict) -> None:
+    from safetensors.torch import save_file
+
+    temporary = _temporary(path)
+    try:
+        cpu = {name: value.detach().to("cpu").contiguous().clone() for name, value in tensors.items()}
+        save_file(cpu, temporary, metadata={"format": "pt", "written_by": "wemask"})
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def save_configs(directory: str | Path, configs: list[Intervention], weights: dict | None = None) -> list[Path]:
+    """Write the run's interventions (and weights, when any) into `directory`; returns the paths written."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    if weights:
+        _write_weights(directory / WEIGHTS_FILE, weights)
+        written.append(directory / WEIGHTS_FILE)
+    record = {
+        "format": FORMAT,
+        "version": VERSION,
+        "interventions": [config.to_dict() for config in configs],
+        "weights": WEIGHTS_FILE if weights else None,
+    }
+    _write_text(directory / INTERVENTIONS_FILE, json.dumps(record, indent=2) + "\n")
+    written.append(directory / INTERVENTIONS_FILE)
+    wemask = next((c.config for c in configs if c.kind == "wemask"), None)
+    if wemask is not None:
+        written.append(wemask.save(directory))
+    return written
+
+
+def save_interventions(directory: str | Path, installation) -> list[Path]:
+    """Save an Installation (its resolved configs and current weights) into `directory`; returns the paths."""
+    return save_configs(directory, installation.configs, installation.state_dict())
+
+
+def _read_record(path: Path) -> dict:
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise InterventionConfigError(f"{path} is not valid JSON ({err}): fix or delete it") from None
+    if not isinstance(record, dict) or record.get("format") != FORMAT or not isinstance(record.get("interventions"), list):
+        raise InterventionConfigError(f"{path} is not a wemask interventions file (no '{FORMAT}' list): fix or delete it")
+    if record.get("version") != VERSION:
+        raise InterventionConfigError(
+            f"{path} has version {record.get('version')!r}; this wemask reads version {VERSION}: upgrade wemask"
+        )
+    return record
+
+
+def _read_weights(path: Path) -> dict:
+    if not path.is_file():
+        raise InterventionConfigError(f"{path} is missing: the run's intervention weights cannot be restored")
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as err:
+        raise InterventionConfigError(f"{path} cannot be read ({err}): the run's intervention weights are damaged") from None
+
+
+def load_saved(directory: str | Path) -> SavedRun | None:
+    """The interventions a run folder carries: interventions.json (+ weights), else a legacy wemask_config.json
+    (one WeMask entry), else None."""
+    directory = Path(directory)
+    path = directory / INTERVENTIONS_FILE
+    if path.is_file():
+        record = _read_record(path)
+        try:
+            configs = [config_from_dict(entry) for entry in record["interventions"]]
+        except InterventionConfigError as err:
+            raise InterventionConfigError(f"{path}: {err}") from None
+        kinds = [c.kind for c in configs]
+        if len(set(kinds)) != len(kinds):
+            raise InterventionConfigError(f"{path} lists a kind twice ({kinds}): one entry per kind")
+        weights = _read_weights(directory / record["weights"]) if record.get("weights") else {}
+        if any(c.has_parameters for c in configs) and not weights:
+            raise InterventionConfigError(f"{path} lists interventions with parameters but no weights file")
+        return SavedRun(configs, weights, INTERVENTIONS_FILE)
+    if (directory / CONFIG_NAME).is_file():
+        from .wemask import WeMask
+
+        return SavedRun([WeMask(WeMaskConfig.load(directory))], {}, CONFIG_NAME)
+    return None

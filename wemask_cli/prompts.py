@@ -1,0 +1,61 @@
+"""Prompt rendering and encoding shared by infer, locate and eval: chat template or plain text."""
+
+from __future__ import annotations
+
+from .errors import WeMaskError
+from .progress import warn
+
+
+def render_prompt(tokenizer, prompt: str | list[dict], chat_template: bool) -> tuple[str, bool]:
+    """The text to tokenize, and whether special tokens still need adding (not after a chat template)."""
+    if chat_template and getattr(tokenizer, "chat_template", None):
+        messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False), False
+    if isinstance(prompt, list):
+        return "\n".join(message["content"] for message in prompt), True
+    return prompt, True
+
+
+def encode(tokenizer, prompts: list, max_length: int) -> list[list[int]]:
+    """Token ids per prompt: chat-formatted prompts through the chat template, text as is (with special tokens)."""
+    encoded = []
+    for prompt in prompts:
+        text, special = render_prompt(tokenizer, prompt, chat_template=isinstance(prompt, list))
+        encoded.append(tokenizer(text, add_special_tokens=special, truncation=True, max_length=max_length)["input_ids"])
+    if any(len(ids) == 0 for ids in encoded):
+        raise WeMaskError("a prompt encodes to no tokens: remove empty prompts")
+    return encoded
+
+
+def context_length(model) -> int | None:
+    """The model's maximum number of positions (None when its config does not say)."""
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    length = getattr(config, "max_position_embeddings", None)
+    return length if isinstance(length, int) and length > 0 else None
+
+
+def encode_left_truncated(tokenizer, prompts: list, chat_template: bool, limit: int | None) -> tuple[list[list[int]], list[int]]:
+    """Token ids per prompt, cut FROM THE LEFT to at most `limit` tokens (None: no limit), and how many each lost.
+
+    An empty prompt (nothing to generate from) is one line, not a failure inside the model.
+    """
+    encoded, cuts = [], []
+    for number, prompt in enumerate(prompts, 1):
+        text, special = render_prompt(tokenizer, prompt, chat_template)
+        ids = tokenizer(text, add_special_tokens=special)["input_ids"]
+        if not ids:
+            raise WeMaskError(f"prompt {number} is empty: nothing to generate from (give some text, or keep the chat template on)")
+        cut = max(0, len(ids) - limit) if limit else 0
+        encoded.append(ids[cut:])
+        cuts.append(cut)
+    return encoded, cuts
+
+
+def warn_truncated(cuts: list[int], limit: int, why: str) -> None:
+    """One warning line for all the prompts cut from the left (none cut: silent)."""
+    cut = [c for c in cuts if c]
+    if cut:
+        span = f"{min(cut)}" if min(cut) == max(cut) else f"{min(cut)} to {max(cut)}"
+        warn(f"{len(cut)} of {len(cuts)} prompt(s) were longer than {limit} tokens ({why}): cut from the left by {span} tokens")

@@ -1,0 +1,99 @@
+"""`wemask eval`: the results table and the curve (progress goes through wemask_cli.progress)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from rich.table import Table
+
+from .common import format_metric, is_percent, pyplot, save_figure
+
+FIXED = ("mask_rate", "mode", "me_layer")
+
+
+def spread(metric: str, value) -> str:
+    """A standard error or std: 'n/a' when there is none (one unit)."""
+    if value is None:
+        return "n/a"
+    return f"{100 * value:.1f}" if is_percent(metric) else f"{value:.2g}"
+
+
+def delta_cell(primary: str, delta, se) -> str:
+    if delta is None:
+        return "-"
+    if is_percent(primary):
+        return f"{100 * delta:+.1f} ± {'n/a' if se is None else f'{100 * se:.1f}'} pt"
+    return f"{delta:+.4g} ± {'n/a' if se is None else f'{se:.2g}'}"
+
+
+def eval_table(document: dict) -> Table:
+    """One row per variant (mask rate, mode, other axes): each metric as value ± spread, n, and the primary metric's
+    paired changes (from r = 0, and from each other axis's reference)."""
+    summary = document["summary"]
+    metrics = list(dict.fromkeys(row["metric"] for row in summary))
+    primary = document.get("primary_metric") or (metrics[0] if metrics else None)
+    seeds = document.get("seeds", {}).get("count", 1)
+    unit = document.get("unit", "examples")
+    what = f"std across {seeds} seeds" if seeds > 1 else f"standard error over {unit}"
+    extra = [axis for axis in document.get("axes", []) if axis not in FIXED]
+    table = Table(title=f"wemask eval: {document['task']} ({document.get('n_examples', '?')} {unit}; ± is the {what})")
+    table.add_column("mask rate", justify="right")
+    table.add_column("mode")
+    for axis in extra:
+        table.add_column(axis)
+    for metric in metrics:
+        table.add_column(metric, justify="right")
+    table.add_column("n", justify="right")
+    labels = ["mask_rate", "mode", *extra]
+    cells = {tuple(r.get(k) for k in labels) + (r["metric"],): r for r in summary}
+    deltas = sorted({k for r in summary if r["metric"] == primary for k in r if k.startswith("delta") and not k.endswith("_se")})
+    for key in deltas:
+        against = "r=0" if key == "delta" else document.get("deltas", {}).get(key, key.removeprefix("delta_"))
+        table.add_column(f"Δ {primary} vs {against} (paired)", justify="right")
+    for variant in dict.fromkeys(tuple(r.get(k) for k in labels) for r in summary):
+        row = [f"{variant[0]:g}", str(variant[1]), *(str(v) for v in variant[2:])]
+        for metric in metrics:
+            cell = cells.get(variant + (metric,))
+            error = None if cell is None else (cell["std"] if seeds > 1 else cell["se"])
+            row.append("-" if cell is None else f"{format_metric(metric, cell['mean'])} ± {spread(metric, error)}")
+        row.append(str(next(r["n"] for r in summary if tuple(r.get(k) for k in labels) == variant)))
+        cell = cells.get(variant + (primary,)) or {}
+        row += [delta_cell(primary, cell.get(key), cell.get(f"{key}_se")) for key in deltas]
+        table.add_row(*row)
+    return table
+
+
+def eval_curve_png(document: dict, path: str | Path) -> Path:
+    """The primary metric (and metrics of its kind) against mask rate, one line per metric, mode and other axis;
+    spread as error bars (seeds) or a band (standard error)."""
+    summary, primary = document["summary"], document.get("primary_metric")
+    seeds, unit = document.get("seeds", {}).get("count", 1), document.get("unit", "examples")
+    percent = primary is not None and is_percent(primary)
+    shown = [m for m in dict.fromkeys(r["metric"] for r in summary) if m == primary or (percent and is_percent(m))]
+    extra = [axis for axis in document.get("axes", []) if axis not in FIXED]
+    group = lambda r: (r["metric"], r["mode"], *(r.get(a) for a in extra))
+    lines = dict.fromkeys(group(r) for r in summary if r["metric"] in shown)
+    scale = 100.0 if percent else 1.0
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for line_key in lines:
+        rows = sorted((r for r in summary if group(r) == line_key and r["mean"] is not None), key=lambda r: r["mask_rate"])
+        x, y = [r["mask_rate"] for r in rows], [scale * r["mean"] for r in rows]
+        label = " ".join([line_key[0]] + ([f"({line_key[1]})"] if len({k[1] for k in lines}) > 1 else [])
+                         + [f"{a}={v}" for a, v in zip(extra, line_key[2:])])
+        if seeds > 1:
+            ax.errorbar(x, y, yerr=[scale * r["std"] for r in rows], marker="o", capsize=4, label=f"{label}: mean ± std over {seeds} seeds")
+            continue
+        (drawn,) = ax.plot(x, y, marker="o", label=f"{label} (band: ± 1 s.e. over {unit})")
+        err = [scale * (r["se"] or 0.0) for r in rows]
+        ax.fill_between(x, [a - b for a, b in zip(y, err)], [a + b for a, b in zip(y, err)], color=drawn.get_color(), alpha=0.15)
+    ax.set_xticks(sorted({r["mask_rate"] for r in summary}))
+    ax.set_xlabel("mask rate r")
+    ax.set_ylabel(", ".join(shown) + (" (%)" if percent else ""))
+    data = Path(document["data"]).name if document.get("data") else ""
+    model = re.sub(r"-[0-9a-f]{12}$", "", Path(str(document.get("model", ""))).name)  # no cache fingerprint
+    ax.set_title(f"{document['task']}: {model} on {data}", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)

@@ -1,0 +1,122 @@
+"""`wemask locate`: the per-layer table, the mask-rate table and the PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich import box
+from rich.table import Table
+
+from .common import compact, num, save_figure
+
+LOCATE_COLUMNS = (  # (header, formatter, shown on narrow terminals)
+    ("layer", lambda r, me: f"{r['layer']}{' ME' if r['layer'] == me else ''}", True),
+    ("‖h₀‖", lambda r, _: compact(r["first_norm"]), True),
+    ("‖hₜ‖", lambda r, _: compact(r["other_norm"]), True),
+    ("ratio", lambda r, _: compact(r["first_over_other"]), True),
+    ("step", lambda r, _: compact(r["step"]), True),
+    ("share", lambda r, _: num(r["ffn_share"], ".2f"), True),
+    ("FFN×", lambda r, _: compact(r["ffn_magnification"]), True),
+    ("ΔFrac", lambda r, _: num(r["delta_frac"], ".2f"), False),
+    ("ΔKL", lambda r, _: num(r["delta_kl"], ".2f"), True),
+    ("ΔC↓", lambda r, _: num(r["delta_c_down"], ".2f"), False),
+    ("cos", lambda r, _: num(r["first_token_cosine"], ".3f"), True),
+    ("sink", lambda r, _: num(r["sink_mass"], ".2f"), True),
+    ("max|h|", lambda r, _: f"{compact(r['max_abs'])} {r['max_abs_token']}:{r['max_abs_dim']}", False),
+)
+
+
+def locate_table(report: dict, width: int = 200) -> Table:
+    """`wemask locate`: one row per layer (0-based), the ME layer highlighted, earlier rises in yellow.
+
+    Below 110 columns of terminal, ΔFrac, ΔC and max|h| are left out (they stay in --json and --plot).
+    """
+    me = report["me_layer"]
+    rises = {r["layer"] for r in report["earlier_rises"]}
+    columns = [c for c in LOCATE_COLUMNS if c[2] or width >= 110]
+    table = Table(
+        title=f"{report['model_type']}: per-layer statistics (layers 0-based; medians over {len(report['prompts'])} prompts)",
+        caption="‖h₀‖, ‖hₜ‖: first / other tokens' output norm; ratio = ‖h₀‖/‖hₜ‖; step: ‖h₀‖ over the previous layer's; "
+        "share: FFN branch / ‖h₀‖; FFN×: branch magnification, first vs others; ΔFrac, ΔKL at the pre-FFN norm; "
+        "ΔC↓ after down (up, gate: --json/--plot); cos: first token across prompts; sink: attention on the first token; "
+        "max|h| at token:dim (token 0 = first real token)",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    for name, _, _ in columns:
+        table.add_column(name, justify="right", no_wrap=True)
+    for r in report["layers"]:
+        style = "bold black on green" if r["layer"] == me else ("yellow" if r["layer"] in rises else None)
+        table.add_row(*(cell(r, me) for _, cell, _ in columns), style=style)
+    return table
+
+
+def mask_rates_table(report: dict) -> Table:
+    """`wemask locate --mask-rate`: attention-sink mass and cross-prompt cosine after the ME layer, per rate."""
+    table = Table(title=f"WeMask from layer {report['me_layer']} (means over layers after it)")
+    for name in ("mask rate", "sink mass", "unmasked", "change", "cos h₀", "unmasked cos"):
+        table.add_column(name, justify="right")
+    for run in report["mask_rates"]:
+        masked, plain = run["mean_sink_mass_after_me"], run["unmasked_mean_sink_mass_after_me"]
+        change = f"{masked / plain - 1:+.0%}" if masked is not None and plain else "-"
+        table.add_row(
+            f"{run['mask_rate']:g}", num(masked, ".3f"), num(plain, ".3f"), change,
+            num(run["mean_cosine_after_me"], ".3f"), num(run["unmasked_mean_cosine_after_me"], ".3f"),
+        )  # fmt: skip
+    return table
+
+
+def locate_plot(report: dict, path: str | Path) -> Path:
+    """A PNG: first vs other token norm (log) with the ME layer marked, and panels for the section-2 metrics."""
+    from matplotlib.figure import Figure
+
+    layers = [r["layer"] for r in report["layers"]]
+
+    def series(key: str) -> list[float]:
+        return [float("nan") if r[key] is None else r[key] for r in report["layers"]]
+
+    me = report["me_layer"]
+    fig = Figure(figsize=(14, 10), layout="constrained")
+    axes = fig.subplots(3, 2, sharex=True).flatten()
+    title = f"{Path(report['model']).name} ({report['model_type']}): "
+    title += "no ME layer found" if me is None else f"ME layer {me} (0-based), {report['agreement']} prompts agree"
+    fig.suptitle(title, fontsize=14)
+    panels = [
+        ("Residual-stream norm (log)", [("first_norm", "first token ‖h₀‖"), ("other_norm", "other tokens, mean ‖hₜ‖")], True),
+        ("First token vs others, and step over the previous layer (log)",
+         [("first_over_other", "‖h₀‖ / ‖hₜ‖"), ("step", "‖h₀‖ / previous layer's")], True),
+        ("Pre-FFN norm: ΔFrac (left) and ΔKL (right axis)", [("delta_frac", "ΔFrac (top-1% |w| dims)")], False),
+        ("Projection concentration ΔC", [("delta_c_up", "up"), ("delta_c_gate", "gate"), ("delta_c_down", "down")], False),
+        ("FFN branch: magnification first vs others (log)", [("ffn_magnification", "FFN×"), ("norm_magnification", "pre-FFN norm×")], True),
+        ("Attention sink mass and first-token cosine across prompts",
+         [("sink_mass", "sink mass (attention on first token)"), ("first_token_cosine", "cos(h₀) across prompts")], False),
+    ]  # fmt: skip
+    for ax, (name, keys, log) in zip(axes, panels):
+        for key, label in keys:
+            ax.plot(layers, series(key), marker="o", markersize=3, label=label)
+        if log:
+            ax.set_yscale("log")
+        ax.set_title(name, fontsize=11)
+        ax.grid(alpha=0.3)
+    kl = axes[2].twinx()
+    kl.plot(layers, series("delta_kl"), marker="o", markersize=3, color="tab:orange", label="ΔKL (right axis)")
+    kl.axhline(0, color="tab:orange", linewidth=0.5, alpha=0.5)
+    axes[2].set_ylabel("ΔFrac", color="tab:blue")
+    kl.set_ylabel("ΔKL", color="tab:orange")
+    for run in report["mask_rates"]:
+        axes[5].plot(layers, [float("nan") if v is None else v for v in run["sink_mass"]], linestyle="--",
+                     label=f"sink mass, WeMask r={run['mask_rate']:g}")  # fmt: skip
+    for ax in axes:
+        for i, rise in enumerate(report["earlier_rises"]):
+            label = "earlier rise" if ax is axes[0] and i == 0 else None
+            ax.axvline(rise["layer"], color="orange", linestyle=":", alpha=0.8, label=label)
+        if me is not None:
+            ax.axvline(me, color="red", linewidth=1.5, alpha=0.7, label=f"ME layer {me}" if ax is axes[0] else None)
+    for ax in (axes[0], axes[1], axes[3], axes[4]):
+        ax.legend(fontsize=8)
+    axes[2].legend(handles=axes[2].get_legend_handles_labels()[0] + kl.get_legend_handles_labels()[0], fontsize=8, loc="upper center")
+    axes[5].set_ylim(-0.02, 1.45)  # room for the legend above the curves
+    axes[5].legend(fontsize=8, loc="upper center", ncol=2)
+    for ax in axes[4:]:
+        ax.set_xlabel("layer (0-based)")
+    return save_figure(fig, path)

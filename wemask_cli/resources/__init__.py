@@ -1,0 +1,42 @@
+"""Data the commands read at run time, shipped inside the package and read with importlib.resources.
+
+    locate_prompts.jsonl        `wemask locate`'s default prompts
+    eval/perplexity.txt, eval/choice.jsonl, eval/math.jsonl, eval/refusal.jsonl   `wemask eval`'s bundled sets
+
+Written by data/generate.py (edit the generator, not the files).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import WeMaskError
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
+
+def path_of(name: str) -> Traversable:
+    """The bundled file `name` ('locate_prompts.jsonl', 'eval/choice.jsonl'); one line if it is missing."""
+    item = resources.files(__name__)
+    for part in name.split("/"):
+        item = item.joinpath(part)
+    if not item.is_file():
+        raise WeMaskError(f"the bundled file {name} is missing from the wemask_cli package: reinstall wemask-cli")
+    return item
+
+
+def read_text(name: str) -> str:
+    """The bundled file's text (UTF-8)."""
+    return path_of(name).read_text(encoding="utf-8")
+
+
+@contextmanager
+def as_file(name: str) -> Iterator[Path]:
+    """A real file-system path to the bundled file while the block runs (for readers that need a path)."""
+    with resources.as_file(path_of(name)) as path:
+        yield path

@@ -1,0 +1,150 @@
+"""Trainer callbacks of a wemask run: records in every checkpoint, a stop on divergence, a clean stop on Ctrl-C.
+
+Imported only when a run starts (it imports transformers).
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import threading
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from ..progress import say
+from .checkpoints import PREFIX
+
+
+def checkpoint_dir(args, state) -> Path:
+    return Path(args.output_dir) / f"{PREFIX}-{state.global_step}"
+
+
+class CheckpointRecordCallback(TrainerCallback):
+    """Lists each checkpoint in the output folder's manifest as it starts, and writes the run's records into it
+    once TRL has saved (main process): WeMask config first, run record last (the completion mark)."""
+
+    def __init__(self, record, claim):
+        self.record, self.claim = record, claim
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if control.should_save and state.is_world_process_zero:
+            self.claim.record(checkpoint_dir(args, state))  # a save killed midway is still known as wemask's
+        return control
+
+    def on_save(self, args, state, control, model=None, **kwargs):
+        if state.is_world_process_zero:
+            self.claim.record(checkpoint_dir(args, state))
+            self.record.write(checkpoint_dir(args, state), model)
+        return control
+
+
+class StopOnNonFinite(TrainerCallback):
+    """Stops training at the first non-finite gradient (a NaN or infinite loss gives one too) or non-finite weight
+    before a save: the bad update is not applied (gradients dropped before the optimizer step), nothing more is
+    saved, and `diverged` says at which step and why, for the run to report and exit non-zero."""
+
+    def __init__(self):
+        self.diverged: tuple[int, str] | None = None
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        if args.fp16 or model is None:  # fp16's loss scaler skips overflowing steps itself: inf gradients are normal
+            return control
+        if not self._all_agree(args, self._grads_finite(model)):
+            for p in model.parameters():
+                p.grad = None  # optimizers skip parameters without a gradient: the weights stay as they were
+            self._stop(state.global_step + 1, "the loss or its gradient is not finite (NaN or infinity)", control)
+        return control
+
+    @staticmethod
+    def _grads_finite(model) -> bool:
+        import torch
+
+        grads = [p.grad.detach() for p in model.parameters() if p.grad is not None]
+        return not grads or bool(torch.isfinite(torch.stack([g.float().norm() for g in grads]).sum()))
+
+    @staticmethod
+    def _all_agree(args, finite: bool) -> bool:
+        """Under sharded training each process sees part of the gradients: all stop if any saw a bad one."""
+        if args.world_size > 1:
+            import torch
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                flag = torch.tensor([0.0 if finite else 1.0], device=args.device)
+                dist.all_reduce(flag)
+                return bool(flag.item() == 0)
+        return finite
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        import torch
+
+        if self.diverged is None and control.should_save and model is not None:
+            finite = all(bool(torch.isfinite(p.detach()).all()) for p in model.parameters() if p.requires_grad)
+            if not self._all_agree(args, finite):
+                self._stop(state.global_step, "the weights became non-finite", control)
+        if self.diverged is not None:
+            control.should_save = False
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        loss = (logs or {}).get("loss")
+        if self.diverged is None and isinstance(loss, float) and not math.isfinite(loss):
+            self._stop(state.global_step, f"the logged loss is {loss}", control)
+            control.should_save = False
+        return control
+
+    def _stop(self, step: int, why: str, control) -> None:
+        self.diverged = (step, why)
+        control.should_training_stop = True
+
+
+class Interrupt:
+    """SIGINT/SIGTERM: finish the current step, save a checkpoint, stop. A second Ctrl-C aborts at once."""
+
+    def __init__(self):
+        self.requested = False
+        self.stopped_at: int | None = None
+        self._previous = {}
+
+    def _handler(self, signum, frame):
+        if self.requested and signum == signal.SIGINT:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+        self.requested = True
+        say(f"{signal.Signals(signum).name} received: saving a checkpoint after this step, then stopping (Ctrl-C again aborts without saving)")
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+
+class SaveOnInterrupt(TrainerCallback):
+    """Turns a requested interrupt into a save and a stop at the end of the step (every process agreeing)."""
+
+    def __init__(self, interrupt: Interrupt):
+        self.interrupt = interrupt
+
+    def on_step_end(self, args, state, control, **kwargs):
+        requested = self.interrupt.requested
+        if args.world_size > 1:  # every process must agree, or saving (a collective under FSDP/ZeRO) hangs
+            import torch
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                flag = torch.tensor([1.0 if requested else 0.0], device=args.device)
+                dist.all_reduce(flag)
+                requested = bool(flag.item() > 0)
+        if requested:
+            self.interrupt.requested = True
+            self.interrupt.stopped_at = state.global_step
+            control.should_save = True
+            control.should_training_stop = True
+        return control

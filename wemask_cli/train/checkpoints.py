@@ -1,0 +1,110 @@
+"""The run's output folder: claimed before anything loads (outputs.py), and the checkpoint `--resume` continues
+from: the newest *complete* one, with a line naming each newer one skipped and why."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import WeMaskError
+from ..method.config import CONFIG_NAME
+from ..outputs import OutputClaim, claim_output_dir
+from ..progress import say
+from .records import METRICS_NAME, RUN_NAME
+
+PREFIX = "checkpoint"  # transformers.trainer_utils.PREFIX_CHECKPOINT_DIR, without importing transformers
+TRAINER_STATE = "trainer_state.json"
+
+
+def barrier(args) -> None:
+    """Wait for every process of a distributed run."""
+    if args.world_size > 1:
+        from accelerate import PartialState
+
+        PartialState().wait_for_everyone()
+
+
+def _read_json(path: Path) -> str | None:
+    """None when `path` holds valid JSON, else why not."""
+    if not path.is_file():
+        return f"no {path.name}"
+    try:
+        json.loads(path.read_text())
+    except (OSError, ValueError):
+        return f"{path.name} is torn (not valid JSON)"
+    return None
+
+
+def checkpoint_problem(path: Path, *, ours: bool = True) -> str | None:
+    """Why `path` is not a complete checkpoint (None: it is). `ours`: also require wemask's records, the last
+    files a wemask checkpoint gets (a plain TRL checkpoint given with --resume-from-checkpoint has none)."""
+    problem = _read_json(path / TRAINER_STATE)
+    if problem:
+        return problem + " (the save was interrupted)" if problem.startswith("no ") else problem
+    from ..interventions import INTERVENTIONS_FILE, load_saved
+    from ..method.config import WeMaskConfig
+
+    for name, read in ((CONFIG_NAME, WeMaskConfig.load), (INTERVENTIONS_FILE, load_saved)):
+        if (path / name).exists():
+            try:
+                read(path)
+            except (ValueError, OSError, WeMaskError) as err:
+                return f"{name} is torn or invalid ({str(err).splitlines()[0][:120]})"
+    if ours:
+        problem = _read_json(path / RUN_NAME)
+        if problem:
+            return problem + (" (the save was interrupted before wemask's record)" if problem.startswith("no ") else "")
+    return None
+
+
+def checkpoints(directory: Path) -> list[Path]:
+    """checkpoint-N folders, newest first."""
+    found = [(int(c.name.rpartition("-")[2]), c) for c in directory.glob(f"{PREFIX}-*") if c.is_dir() and c.name.rpartition("-")[2].isdigit()]
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def resume_checkpoint(directory: Path) -> str | None:
+    """The newest complete checkpoint of a run to --resume (None: nothing there, a new run starts)."""
+    if (directory / METRICS_NAME).is_file():
+        raise WeMaskError(
+            f"--resume: {directory} holds a finished run ({METRICS_NAME}); to train further start a new run with "
+            f"--model {directory}, or pass --overwrite to replace it"
+        )
+    skipped = []
+    for path in checkpoints(directory):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            for name, why in skipped:
+                say(f"--resume: skipping {name}: {why}; resuming from {path.name}, the newest complete checkpoint")
+            return str(path)
+        skipped.append((path.name, problem))
+    if skipped or any(c.name not in (".wemask.lock", ".wemask-manifest.json") for c in directory.iterdir()):
+        reasons = "; ".join(f"{name}: {why}" for name, why in skipped)
+        raise WeMaskError(
+            f"--resume: {directory} has no complete checkpoint-N to resume from" + (f" ({reasons})" if reasons else "")
+            + "; pass --overwrite to start over"
+        )
+    say(f"--resume: nothing to resume in {directory}: starting a new run")
+    return None
+
+
+def claim_run_folder(output: Path, opts: dict, args, kind: str) -> tuple[OutputClaim, str | None]:
+    """Claim the output folder (refusing what must be refused) and pick the checkpoint to resume from."""
+    explicit = getattr(args, "resume_from_checkpoint", None)  # TRL's own --resume-from-checkpoint PATH
+    inside = False
+    if explicit:
+        problem = checkpoint_problem(Path(explicit), ours=False)
+        if problem:
+            raise WeMaskError(f"--resume-from-checkpoint {explicit}: not a complete checkpoint ({problem})")
+        inside = Path(explicit).resolve().parent == output.resolve()
+        if inside and opts["overwrite"]:
+            raise WeMaskError(f"--overwrite would delete {explicit}, the checkpoint to resume from: drop one of them")
+    resume = bool(opts["resume"]) or inside
+    claim = claim_output_dir(output, overwrite=bool(opts["overwrite"]), resume=resume, kind=kind, resumable=True)
+    try:
+        barrier(args)  # every process sees the folder the main process claimed (and cleared, with --overwrite)
+        resume_from = str(explicit) if explicit else resume_checkpoint(output) if opts["resume"] else None
+    except BaseException:
+        claim.release()
+        raise
+    return claim, resume_from

@@ -1,0 +1,205 @@
+"""Interventions on the models a trainer runs: the policy (the module TRL trains, PeftModel included) and, where a
+stage has one, a separate reference model; what is saved with every checkpoint; LoRA settings; the WeMask config
+the flags ask for. Installed and saved through `wemask_cli.interventions` (install_all, save_configs).
+
+WeMask, aware mode: its hooks stay for training, dims chosen once from the starting weights; free mode: the dims
+are chosen the same way and the hooks removed at once (the config is only recorded, for inference). The remedies
+(GatedNorm, PreAffine, gated attention) start as the identity, or with the weights of the run being resumed or
+continued; their parameters train even when LoRA freezes the base. Every hook and module is owned:
+`StageInstallation.remove()` removes exactly what was installed, on the policy and the reference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import WeMaskError
+from ..method.config import WeMaskConfig
+
+
+@dataclass
+class StageInstallation:
+    """What a stage installed: the WeMask config used (dims recorded, also in free mode), the remedies on the policy
+    (their weights are saved with every checkpoint), and every Installation to remove."""
+
+    wemask: WeMaskConfig
+    remedies: object = None  # interventions.Installation on the policy, or None
+    installed: list = field(default_factory=list)  # every interventions.Installation, policy's and reference's
+
+    def save(self, directory, wemask: WeMaskConfig | None = None) -> None:
+        """interventions.json (+ interventions.safetensors with the remedies' current weights) and
+        wemask_config.json, each written atomically; `wemask`: the config to record (default: the one installed)."""
+        from ..interventions import WeMask, save_configs
+
+        configs = [WeMask(wemask or self.wemask)] + (self.remedies.configs if self.remedies else [])
+        save_configs(directory, configs, self.remedies.state_dict() if self.remedies else None)
+
+    def remove(self) -> None:
+        """Remove everything installed, on every model (idempotent)."""
+        for installation in reversed(self.installed):
+            installation.remove()
+        self.installed = []
+
+
+def is_peft(model) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:
+        return False
+    return isinstance(model, PeftModel)
+
+
+class PolicyPass:
+    """A predicate for hooks on a PEFT model whose reference is the model itself (DPO, GRPO under LoRA): true while
+    it runs as the policy, false during the reference pass (adapter disabled, or an adapter other than the trained
+    one, TRL's frozen 'ref' copy, active)."""
+
+    def __init__(self, peft_model):
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        self.probe = next((m for m in peft_model.modules() if isinstance(m, BaseTunerLayer)), None)
+        if self.probe is None:
+            raise WeMaskError(
+                "a PEFT reference (the adapter-disabled policy) needs a LoRA-style adapter, and this PEFT model has no "
+                "adapter layer: use LoRA, or --ref-mask same without remedies"
+            )
+        self.trained_adapter = peft_model.active_adapter  # PEFT switches all adapter layers together
+
+    def __call__(self) -> bool:
+        return not (bool(self.probe.disable_adapters) or self.trained_adapter not in self.probe.active_adapters)
+
+
+def zero3_gather(model):
+    """Under DeepSpeed ZeRO-3 the norm weights are partitioned: gather them (a collective) to choose dims."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if not is_deepspeed_zero3_enabled():
+        return contextlib.nullcontext()
+    import deepspeed
+
+    from ..method.arch import resolve_layers
+
+    weights = [parts.attn_norm.weight for parts in resolve_layers(model)]
+    return deepspeed.zero.GatheredParameters(weights, modifier_rank=None)
+
+
+def install_mask(model, config: WeMaskConfig, *, active: Callable[[], bool] | None = None):
+    """WeMask on `model` (weights gathered under ZeRO-3); returns its Installation (`.wemask` has the dims)."""
+    from ..interventions import install_all
+
+    with zero3_gather(model):
+        return install_all(model, [config], active=active)
+
+
+def install_on_policy(trainer, ctx, *, mask_active=None, remedies_active=None) -> StageInstallation:
+    """WeMask and the remedies on `trainer.model`. `mask_active` / `remedies_active`: predicates that let the
+    hooks step aside (DPO's unmasked reference pass; a PEFT reference pass, which must not see trained remedies)."""
+    from ..interventions import install_all
+
+    config, model = ctx.wemask, trainer.model
+    done = StageInstallation(config.with_updates(dims=None))
+    if config.active:  # r = 0: nothing to install, and no need to gather sharded weights
+        mask = install_mask(model, config, active=mask_active)
+        done.wemask = mask.wemask
+        if config.mode == "free":
+            mask.remove()
+        else:
+            done.installed.append(mask)
+    if ctx.remedies:
+        done.remedies = install_all(model, ctx.remedies, weights=ctx.remedy_weights or None, active=remedies_active)
+        done.installed.append(done.remedies)
+    return done
+
+
+def install_on_reference(trainer, done: StageInstallation, *, mask: bool):
+    """A separate reference model (TRL's `ref_model`) gets the policy's starting state: WeMask with the same dims
+    (when `mask`) and the remedies with their starting weights, frozen. Returns it (None: no separate one)."""
+    from ..interventions import install_all
+
+    reference = getattr(trainer, "ref_model", None)
+    if reference is None:
+        return None
+    reference = trainer.accelerator.unwrap_model(reference)
+    if mask and done.wemask.active and done.wemask.mode == "aware":
+        done.installed.append(install_mask(reference, done.wemask))
+    if done.remedies is not None:
+        start = install_all(reference, done.remedies.configs, weights=done.remedies.state_dict())
+        for parameter in start.parameters():
+            parameter.requires_grad_(False)
+        done.installed.append(start)
+    return reference
+
+
+def free_mode_dims(model, config: WeMaskConfig) -> WeMaskConfig:
+    """For free mode: the dims `wemask infer` would pick on the weights being saved (SPEC: a function of the
+    weights at the moment the mask is applied). Falls back to the recorded dims when weights are sharded or the
+    selection needs a forward pass (select=activation)."""
+    from ..method.arch import base_model, resolve_layers
+    from ..method.mask import apply_wemask
+
+    if not config.active or config.select == "activation":
+        return config
+    weight = resolve_layers(model)[0].attn_norm.weight
+    if weight.dim() != 1 or weight.numel() != getattr(base_model(model).config, "hidden_size", None):
+        return config  # sharded (ZeRO-3, FSDP): keep the dims chosen at the start
+    handle = apply_wemask(model, config.with_updates(dims=None))
+    handle.remove()
+    return handle.config
+
+
+def requested_wemask(resolved, loaded) -> WeMaskConfig:
+    """The WeMaskConfig the flags ask for, mode recorded; dims chosen at install.
+
+    Without --mask-rate: the model's saved config, keeping its saved mode unless --mode is given, else r=0.
+    """
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    from ..method.arch import decoder_layers
+
+    opts, mask = resolved.opts, resolved.mask
+    if mask.me_layer == "auto" and is_deepspeed_zero3_enabled():
+        raise WeMaskError(
+            "--me-layer auto cannot locate on ZeRO-3-partitioned weights: run `wemask locate --model M` once and pass --me-layer N"
+        )
+    with resolved.args.main_process_first(desc="locating the ME layer"):
+        mode_given = mask.rates is not None or resolved.provenance["wemask"]["mode"] != "default"
+        (config,) = mask.configs(loaded, mode=opts["mode"] if mode_given else None)
+    config = config or WeMaskConfig(mode=opts["mode"])
+    if config.active:  # a layer outside the model fails now, before the data is tokenized
+        config.layer_indices(len(decoder_layers(loaded.model)))
+    return config
+
+
+def lora_config(opts: dict, model):
+    """PEFT's LoraConfig for --use-peft (else None), built by TRL's `get_peft_config` from a `trl.ModelConfig`;
+    every named target must be a module of `model` (PEFT's own error for a miss is a traceback)."""
+    if not opts["use_peft"]:
+        return None
+    from trl import ModelConfig, get_peft_config
+
+    targets = opts["lora_target_modules"]
+    if isinstance(targets, str):
+        targets = targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()]
+    if isinstance(targets, (list, tuple)):
+        check_lora_targets(list(targets), model)
+    settings = ModelConfig(
+        use_peft=True, lora_r=int(opts["lora_r"]), lora_alpha=int(opts["lora_alpha"]),
+        lora_dropout=float(opts["lora_dropout"]), lora_target_modules=targets or None,
+    )
+    return get_peft_config(settings)
+
+
+def check_lora_targets(targets: list, model) -> None:
+    """PEFT matches a name or a dotted suffix of one; name the module names that would work."""
+    names = [name for name, _ in model.named_modules()]
+    unknown = [t for t in targets if not any(n == t or n.endswith(f".{t}") for n in names)]
+    if unknown:
+        import torch
+
+        linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+        raise WeMaskError(
+            f"--lora-target-modules: {', '.join(map(str, unknown))} is not a module of this model; "
+            f"use names like {','.join(linear[:8])}, or all-linear"
+        )

@@ -1,0 +1,96 @@
+"""Recipe YAML files: read strictly (duplicate keys are errors), every value checked against its option's type,
+errors naming the key and its line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import WeMaskError
+
+
+@dataclass
+class Recipe:
+    """A recipe's values (keys normalised to underscores) and the line each key is on."""
+
+    path: str | None = None
+    values: dict = field(default_factory=dict)
+    lines: dict = field(default_factory=dict)
+
+    def where(self, key: str) -> str:
+        line = self.lines.get(key)
+        return f"--config {self.path}" + (f" line {line}" if line else "")
+
+    def check_type(self, key: str, value, kinds) -> None:
+        """One line when `value` is not of `kinds` (booleans are never numbers, strings never booleans)."""
+        kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+        if value is None:
+            return
+        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+        if not ok:
+            wanted = " or ".join(_KIND_NAMES.get(kind, kind.__name__) for kind in kinds)
+            raise WeMaskError(f"{self.where(key)}: {key} must be {wanted}, not {value!r} ({_KIND_NAMES.get(type(value), type(value).__name__)})")
+
+
+_KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a mapping"}
+
+
+def _strict_loader():
+    """yaml.SafeLoader that refuses a key given twice in one mapping (YAML keeps the last silently)."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (first on line {seen[key] + 1})", key_node.start_mark
+                    )
+                seen[key] = key_node.start_mark.line
+            return super().construct_mapping(node, deep)
+
+    return StrictLoader
+
+
+def read_recipe(path: str | None) -> Recipe:
+    """The recipe at `path` (an empty one for None): a mapping of option: value."""
+    if not path:
+        return Recipe()
+    import yaml
+
+    file = Path(path).expanduser()
+    if file.is_dir():
+        raise WeMaskError(f"--config {path} is a folder: give a recipe .yaml file")
+    try:
+        text = file.read_text(encoding="utf-8-sig")
+        root = yaml.compose(text, Loader=_strict_loader())
+        data = yaml.load(text, Loader=_strict_loader())
+    except FileNotFoundError:
+        raise WeMaskError(f"--config {path}: no such recipe file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise WeMaskError(f"--config {path} cannot be read ({err})") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise WeMaskError(f"--config {path}{where}: not valid YAML ({problem})") from None
+    if data is None:
+        return Recipe(path)
+    if not isinstance(data, dict):
+        raise WeMaskError(f"--config {path} must be a mapping of option: value, not a {type(data).__name__}")
+    lines = {str(k.value).replace("-", "_"): k.start_mark.line + 1 for k, _ in root.value} if root is not None else {}
+    return Recipe(path, {str(key).replace("-", "_"): value for key, value in data.items()}, lines)
+
+
+def recipe_path(value: str, recipe: str) -> str:
+    """A relative path in a recipe: from the current directory, else from the recipe's folder or the one above."""
+    path = Path(value).expanduser()
+    if path.is_absolute() or path.exists():
+        return value
+    folder = Path(recipe).expanduser().resolve().parent
+    for base in (folder, folder.parent):
+        if (base / path).exists():
+            return str(base / path)
+    return value

@@ -1,0 +1,206 @@
+"""Settings of one training run: defaults < --config recipe.yaml < command-line flags, with where each came from.
+
+wemask's own options are TrainOptions fields (options.py) plus the stage's own; every other flag is parsed by
+transformers' HfArgumentParser into the stage's TRL config class (SFTConfig, DPOConfig, GRPOConfig), so no TRL
+option is re-declared or hidden. TRL's `TrlParser` is not used: it parses everything at once (dataclass defaults
+included), so it cannot tell a flag given from a default, which the precedence and the run record need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import WeMaskError
+from .options import CLI_ONLY, DEFAULTS, KINDS, TrainOptions, given_options
+from .recipe import Recipe, read_recipe, recipe_path
+
+
+@dataclass
+class Resolved:
+    """The resolved settings: wemask options, the TRL config, provenance, and the WeMask flags parsed once."""
+
+    opts: dict
+    args: Any  # the TRL config
+    provenance: dict  # {"wemask": {key: default|recipe|flag}, "trl": {...}}
+    mask: Any  # masking.MaskRequest
+    remedies: list  # the other interventions the flags and recipe ask for (interventions.configs_from_options)
+
+
+class _ArgError(Exception):
+    pass
+
+
+def trl_parser(config_class):
+    """HfArgumentParser for the TRL config class; errors raise instead of exiting (we print one line)."""
+    from transformers import HfArgumentParser
+
+    class Parser(HfArgumentParser):
+        def error(self, message):  # argparse would print usage and exit 2 itself
+            raise _ArgError(message)
+
+    return Parser(config_class, allow_abbrev=False)
+
+
+def trl_help(stage) -> str:
+    return trl_parser(stage.config_class()).format_help()
+
+
+def explicit_trl_args(parser, extra_args: list[str], stage_name: str) -> dict:
+    """Only the TRL options actually given in extra_args, typed by argparse (both --a-b and --a_b spellings).
+
+    argparse has no "was this given" query, so defaults are suppressed for the parse and restored after."""
+    explicit = argparse.Namespace()
+    saved = [(action, action.default, action.required, action.type) for action in parser._actions]
+    try:
+        for action in parser._actions:
+            action.default, action.required = argparse.SUPPRESS, False
+            if action.type in (int, float):  # '--max-length None' sets an optional number to None
+                action.type = _none_or(action.type)
+        try:
+            namespace, unknown = parser.parse_known_args(list(extra_args), namespace=explicit)
+        except _ArgError as err:
+            raise WeMaskError(f"wemask {stage_name}: {err}") from None
+    finally:
+        for action, default, required, type_ in saved:
+            action.default, action.required, action.type = default, required, type_
+    namespace = vars(namespace)
+    namespace.pop("help", None)
+    if unknown:
+        _refuse_unknown(unknown, parser, stage_name)
+    return namespace
+
+
+def _refuse_unknown(unknown: list[str], parser, stage_name: str) -> None:
+    names = [a for a in unknown if a.startswith("-")] or unknown
+    wemask_like = [n for n in names if n.lstrip("-").replace("-", "_").split("=")[0] in DEFAULTS]
+    hint = ""
+    if wemask_like:
+        hint = " (wemask's own flags use hyphens: " + ", ".join("--" + n.lstrip("-").replace("_", "-").split("=")[0] for n in wemask_like) + ")"
+    raise WeMaskError(
+        f"wemask {stage_name}: unknown option(s) {' '.join(names)}: not a wemask flag nor a field of TRL's "
+        f"{parser.dataclass_types[0].__name__}{hint}; see `wemask {stage_name} --help` and `--help-trl`"
+    )
+
+
+def _none_or(convert):
+    def parse(text: str):
+        return None if text.strip().lower() in ("none", "null") else convert(text)
+
+    parse.__name__ = convert.__name__  # argparse names the type in its error messages
+    return parse
+
+
+def _is_bool_field(config_class, key: str) -> bool:
+    hint = typing.get_type_hints(config_class).get(key)
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    return hint is bool or (union and set(typing.get_args(hint)) <= {bool, type(None)})
+
+
+def coerce_trl_value(parser, recipe: Recipe, key: str, value):
+    """A recipe value for a TRL field, converted like the command line would (YAML reads 2e-5 as a string);
+    booleans must be YAML booleans ("false" as a string is refused, not taken as true)."""
+    if _is_bool_field(parser.dataclass_types[0], key):
+        recipe.check_type(key, value, bool)
+        return value
+    for action in parser._actions:
+        if action.dest == key and action.type is not None and not isinstance(action, argparse._StoreFalseAction):
+            try:
+                if isinstance(value, list):
+                    return [action.type(v) if isinstance(v, str) else v for v in value]
+                if isinstance(value, str):
+                    return action.type(value)
+            except (TypeError, ValueError):
+                raise WeMaskError(f"{recipe.where(key)}: {key}: {value!r} is not a valid value") from None
+    return value
+
+
+def hardware_defaults(config_class) -> dict:
+    """TRL defaults to bf16 and gradient checkpointing; without CUDA, train in float32 on the CPU without them."""
+    import torch
+
+    if torch.cuda.is_available():
+        return {}
+    names = {f.name for f in dataclasses.fields(config_class)}
+    # transformers 5.2x renamed gradient_checkpointing to activation_checkpointing (the old name warns)
+    checkpointing = "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
+    return {"use_cpu": True, "bf16": False, "fp16": False, checkpointing: False}
+
+
+def intervention_options() -> dict:
+    """{option key: type} of every registered intervention's flags (GatedNorm, PreAffine, ...); None = not given."""
+    from ..interventions import flag_specs
+
+    return {spec.dest: spec.type for spec in flag_specs()}
+
+
+def resolve_ours(stage, options: TrainOptions, recipe: Recipe, trl_fields: set) -> tuple[dict, dict]:
+    """wemask's options (the stage's and the interventions' too) from defaults < recipe < flags: (values, source)."""
+    remedies = intervention_options()
+    ours = {**DEFAULTS, **stage.option_defaults, **dict.fromkeys(remedies)}
+    kinds = {**KINDS, **stage.option_kinds, **{key: (int, float) if kind is float else kind for key, kind in remedies.items()}}
+    unknown = sorted(set(recipe.values) - set(ours) - trl_fields)
+    if unknown:
+        raise WeMaskError(
+            f"{recipe.where(unknown[0])}: unknown key(s) {unknown}: neither wemask options "
+            f"({', '.join(sorted(set(ours) - set(CLI_ONLY)))}) nor fields of TRL's {stage.config_class().__name__}"
+        )
+    cli_only = sorted(set(recipe.values) & set(CLI_ONLY))
+    if cli_only:
+        raise WeMaskError(f"{recipe.where(cli_only[0])}: {cli_only} can only be given on the command line")
+    resolved, source = dict(ours), {key: "default" for key in ours}
+    for key, value in recipe.values.items():
+        if key in ours:
+            recipe.check_type(key, value, kinds.get(key, str))
+            resolved[key], source[key] = value, "recipe"
+    for key in ("dataset", "eval_dataset", "model"):
+        if source.get(key) == "recipe" and resolved[key]:
+            resolved[key] = recipe_path(str(resolved[key]), recipe.path)
+    for key, value in given_options(options).items():
+        resolved[key], source[key] = value, "flag"
+    return resolved, source
+
+
+def resolve(stage, options: TrainOptions, extra_args: list[str]) -> Resolved:
+    """Resolve the run's settings and parse the WeMask flags once (MaskRequest)."""
+    from ..masking import MaskRequest
+
+    config_class = stage.config_class()
+    parser = trl_parser(config_class)
+    trl_fields = {f.name for f in dataclasses.fields(config_class) if f.init}
+    cli_trl = explicit_trl_args(parser, extra_args, stage.name)
+    recipe = read_recipe(options.config)
+    resolved, source = resolve_ours(stage, options, recipe, trl_fields)
+    # output_dir is both a wemask option and a TRL field: --output-dir > --output_dir (TRL spelling) > recipe
+    if "output_dir" in cli_trl and options.output_dir is None:
+        resolved["output_dir"], source["output_dir"] = cli_trl["output_dir"], "flag"
+    if not resolved.get("output_dir"):
+        raise WeMaskError(f"wemask {stage.name}: give --output-dir DIR (or output_dir in the --config recipe)")
+    trl_values = {**hardware_defaults(config_class), **stage.trl_defaults}
+    trl_source = {key: "default" for key in trl_values}
+    for key, value in recipe.values.items():
+        if key in trl_fields and key not in resolved:
+            trl_values[key], trl_source[key] = coerce_trl_value(parser, recipe, key, value), "recipe"
+    for key, value in cli_trl.items():
+        trl_values[key], trl_source[key] = value, "flag"
+    for old, new in (("gradient_checkpointing", "activation_checkpointing"), ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
+        if trl_source.get(old) in ("recipe", "flag") and trl_source.get(new) == "default":
+            del trl_values[new], trl_source[new]  # the user's spelling wins over our default
+    trl_values["output_dir"] = str(resolved["output_dir"])
+    try:
+        (args,) = parser.parse_dict(trl_values)
+    except (ValueError, TypeError) as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise WeMaskError(f"wemask {stage.name}: invalid TRL setting for {config_class.__name__}: {reason}") from None
+    mask = MaskRequest.parse(
+        mask_rate=resolved["mask_rate"], me_layer=resolved["me_layer"], select=resolved["select"], layers=resolved["layers"],
+        strength=resolved["strength"], seed=args.seed if resolved["mask_rate"] is not None else None,  # select=random
+    )
+    from ..interventions import configs_from_options
+
+    remedies = configs_from_options({key: resolved[key] for key in intervention_options()})
+    return Resolved(resolved, args, {"wemask": source, "trl": trl_source}, mask, remedies)

@@ -1,0 +1,186 @@
+"""The one training path shared by `wemask sft`, `wemask dpo` and `wemask grpo`:
+
+    run(stage, options, extra_args) -> RunResult
+
+resolve (defaults < recipe < flags, resolve.py) -> check (options.py, stage.check) -> claim the output folder
+(checkpoints.py) -> load data and model -> stage.build_trainer -> stage.install (install.py) -> train with the
+callbacks (callbacks.py) -> save the model, the records and metrics.json (records.py).
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import WeMaskError
+from ..method.config import WeMaskConfig
+from ..outputs import describe_os_error
+from ..progress import say
+from .checkpoints import PREFIX, barrier, checkpoints, checkpoint_problem, claim_run_folder
+from .options import TrainOptions, check_options
+from .resolve import resolve
+from .stage import Stage, TrainContext
+
+
+@dataclass
+class RunResult:
+    output_dir: Path
+    interrupted: bool
+    checkpoint: str | None  # the checkpoint saved on interruption
+    metrics: dict | None
+    wemask: WeMaskConfig | None
+    trainer: Any = None
+    stage: Stage | None = None
+
+
+def load_inputs(stage: Stage, opts: dict, args):
+    """(train dataset, eval dataset, data format, loaded model) for the resolved options."""
+    from ..data import load_training_data
+    from ..models import load_model
+
+    with args.main_process_first(desc="loading data"):
+        train_dataset, fmt = load_training_data(
+            stage.name, opts["dataset"], split=opts["dataset_split"], config=opts["dataset_config"], columns=opts["dataset_columns"]
+        )
+        eval_dataset = None
+        if opts["eval_dataset"]:
+            eval_dataset, _ = load_training_data(
+                stage.name, opts["eval_dataset"], split=opts["eval_split"], config=opts["dataset_config"],
+                columns=opts["dataset_columns"], what="--eval-dataset",
+            )
+    say(f"{stage.name}: {len(train_dataset)} examples ({fmt.name}) from {opts['dataset']}")
+    quantization = "4bit" if opts["load_in_4bit"] else "8bit" if opts["load_in_8bit"] else None
+    model_spec = opts["model"]
+    if model_spec and Path(str(model_spec)).expanduser().is_dir():
+        model_spec = str(Path(str(model_spec)).expanduser().resolve())  # adapters record their base by this path
+    loaded = load_model(model_spec, dtype=opts["dtype"], quantization=quantization, interventions=False)  # installed by the stage
+    return train_dataset, eval_dataset, fmt, loaded
+
+
+def wemask_for_run(resolved, loaded, saved) -> WeMaskConfig:
+    """The WeMask config to train with: the flags' (install.requested_wemask), or a resumed checkpoint's
+    (`saved`), which must match the flags when they ask for a mask."""
+    from .install import requested_wemask
+
+    if saved is None:
+        return requested_wemask(resolved, loaded)
+    config = saved.wemask
+    asked = requested_wemask(resolved, loaded) if resolved.mask.rates is not None else None
+    if config is None:
+        return asked or WeMaskConfig(mode=resolved.opts["mode"])
+    if asked is not None and asked.with_updates(dims=None, seed=config.seed) != config.with_updates(dims=None):
+        raise WeMaskError(f"--resume: the run was started with WeMask {config.describe()}, not {asked.describe()}: resume with the same flags")
+    return config
+
+
+def remedies_for_run(resolved, saved, where: str) -> tuple[list, dict]:
+    """(remedy configs, their starting weights): a resumed checkpoint's or a continued model's, else the flags'.
+    Flags that ask for other remedies than those carried are refused (the weights would not fit)."""
+    asked = resolved.remedies
+    if saved is None or not saved.remedies:
+        return asked, {}
+    carried = saved.remedies
+    if asked and [c.to_dict() for c in asked] != [c.to_dict() for c in carried]:
+        raise WeMaskError(
+            f"{where} carries {'; '.join(c.describe() for c in carried)}, but the flags ask for "
+            f"{'; '.join(c.describe() for c in asked)}: drop those flags to continue with what it carries"
+        )
+    return carried, saved.weights
+
+
+@contextmanager
+def disk_errors(trainer, output: Path):
+    """A full disk (or another OS error while saving) during training or the final save: one line that names the
+    checkpoint a --resume would continue from."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EIO):
+            raise
+        good = next((p.name for p in checkpoints(output) if checkpoint_problem(p) is None), None)
+        where = f"the last complete checkpoint is {good}: make room and continue with --resume" if good else "no complete checkpoint was saved"
+        raise WeMaskError(f"training stopped at step {trainer.state.global_step}: could not write to {output}: {describe_os_error(err)}; {where}") from None
+
+
+def run(stage: Stage, options: TrainOptions, extra_args: list[str] = (), callbacks: list | None = None) -> RunResult:
+    """Resolve, claim the output, load, build the stage's trainer, install the interventions, train, save."""
+    resolved = resolve(stage, options, list(extra_args))
+    opts, args = resolved.opts, resolved.args
+    check_options(opts, stage.name, resolved.mask)
+    stage.check(resolved)
+    output = Path(opts["output_dir"]).expanduser()
+    claim, resume_from = claim_run_folder(output, opts, args, stage.name)
+    with claim:
+        return _train(stage, resolved, output, claim, resume_from, callbacks or [])
+
+
+def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None, callbacks: list) -> RunResult:
+    """The run once the folder is claimed. Long, as the steps of one run read best in order."""
+    from ..interventions import load_saved
+    from .callbacks import CheckpointRecordCallback, Interrupt, SaveOnInterrupt, StopOnNonFinite
+    from .install import lora_config
+    from .records import RunRecord, write_metrics
+
+    opts, args = resolved.opts, resolved.args
+    train_dataset, eval_dataset, fmt, loaded = load_inputs(stage, opts, args)
+    resumed = load_saved(resume_from) if resume_from else None  # the checkpoint's interventions
+    config = wemask_for_run(resolved, loaded, resumed)
+    where = f"--resume: {resume_from}" if resume_from else f"--model {loaded.source}"
+    remedies, remedy_weights = remedies_for_run(resolved, resumed if resume_from else loaded.saved, where)
+    record = RunRecord(stage, resolved, resume_from)
+    record.source, record.data_format = loaded.source, fmt.name
+    interrupt, divergence = Interrupt(), StopOnNonFinite()
+    ctx = TrainContext(
+        options=opts, args=args, loaded=loaded, train_dataset=train_dataset, eval_dataset=eval_dataset,
+        data_format=fmt, peft_config=lora_config(opts, loaded.model), wemask=config,
+        callbacks=[*callbacks, SaveOnInterrupt(interrupt), CheckpointRecordCallback(record, claim), divergence],
+        remedies=remedies, remedy_weights=remedy_weights,
+    )
+    trainer = stage.build_trainer(ctx)
+    config = stage.install(trainer, ctx)
+    record.installation = stage.installation
+    say(f"WeMask {config.mode}: {config.describe()}" + (f"; resuming from {resume_from}" if resume_from else ""))
+    for remedy in remedies:
+        say(f"{remedy.describe()}" + (" (saved weights)" if remedy_weights else " (starting as the identity)"))
+
+    start = time.perf_counter()
+    with interrupt, disk_errors(trainer, output):
+        trainer.train(resume_from_checkpoint=resume_from)
+    seconds = time.perf_counter() - start
+    if divergence.diverged is not None:
+        step, why = divergence.diverged
+        good = next((p.name for p in checkpoints(output) if checkpoint_problem(p) is None), None)
+        kept = f"the last good checkpoint, {good}, is kept" if good else "no checkpoint was saved"
+        raise WeMaskError(f"training diverged at step {step}: {why}; stopped without saving the model ({kept}); try a lower --learning-rate")
+    if interrupt.stopped_at is not None:
+        checkpoint = str(output / f"{PREFIX}-{interrupt.stopped_at}")
+        say(f"interrupted: checkpoint saved to {checkpoint}; continue with the same command and --resume")
+        return RunResult(output, True, checkpoint, None, config, trainer, stage)
+
+    eval_metrics = {}
+    if eval_dataset is not None and str(getattr(args.eval_strategy, "value", args.eval_strategy)) == "no":
+        eval_metrics = trainer.evaluate()
+    metrics = None
+    with disk_errors(trainer, output):
+        trainer.save_model(str(output))
+        if trainer.is_world_process_zero():
+            loaded.tokenizer.save_pretrained(str(output))
+            config = record.write(output, trainer.model)
+            metrics = write_metrics(trainer, output, ctx, stage, config, seconds, eval_metrics, _resumed_step(resume_from))
+            claim.record_new()
+    if metrics is not None:
+        say(f"saved to {output} (final loss {metrics['final_loss']}, {metrics['global_step']} steps)")
+    barrier(args)
+    return RunResult(output, False, None, metrics, config, trainer, stage)
+
+
+def _resumed_step(resume_from: str | None) -> int:
+    if not resume_from:
+        return 0
+    import json
+
+    return int(json.loads((Path(resume_from) / "trainer_state.json").read_text()).get("global_step") or 0)

@@ -1,0 +1,88 @@
+"""The `Stage` base class: how one training command (sft, dpo, grpo) plugs into the shared run (run.py).
+
+A stage is an object with per-instance state: `check` runs before anything loads, `build_trainer(ctx)` builds the
+TRL trainer, `install(trainer, ctx)` puts the interventions on the trained model (and on a reference model where
+the stage has one), `extra_metrics(trainer)` adds keys to metrics.json. Subclasses: sft.SFTStage, dpo.DPOStage,
+grpo.GRPOStage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ..errors import WeMaskError
+from ..method.config import WeMaskConfig
+from ..progress import say
+
+
+@dataclass
+class TrainContext:
+    """Everything a stage needs to build its trainer; `callbacks` must be passed to the trainer."""
+
+    options: dict  # resolved wemask options (TrainOptions fields + the stage's own)
+    args: Any  # the TRL config (SFTConfig, DPOConfig, GRPOConfig)
+    loaded: Any  # models.LoadedModel
+    train_dataset: Any
+    eval_dataset: Any
+    data_format: Any  # data.DataFormat
+    peft_config: Any  # peft.LoraConfig or None
+    wemask: WeMaskConfig  # requested config (dims not chosen yet, unless resumed)
+    callbacks: list = field(default_factory=list)
+    remedies: list = field(default_factory=list)  # intervention configs other than WeMask (GatedNorm, ...)
+    remedy_weights: dict = field(default_factory=dict)  # their starting weights (a resumed or continued run's)
+
+    @property
+    def model(self):
+        return self.loaded.model
+
+    @property
+    def tokenizer(self):
+        return self.loaded.tokenizer
+
+
+class Stage:
+    """One training command. Subclasses set `name` and `trl_config` and implement `build_trainer`."""
+
+    name: ClassVar[str]  # "sft", "dpo", "grpo": also the data format family in wemask_cli.data.FORMATS
+    trl_config: ClassVar[str]  # the TRL config class whose fields pass through ("SFTConfig", ...)
+    option_defaults: ClassVar[dict] = {}  # the stage's own wemask options and their defaults (settable in a recipe)
+    option_kinds: ClassVar[dict] = {}  # their types, for recipe validation
+    trl_defaults: ClassVar[dict] = {}  # stage defaults for TRL fields (below recipe and flags)
+
+    def __init__(self) -> None:
+        self.installation = None  # what install() put on the models (see install.py)
+        self.dropped = 0  # training rows the trainer's preprocessing dropped (metrics.json: dropped_examples)
+
+    def config_class(self) -> type:
+        import trl
+
+        return getattr(trl, self.trl_config)
+
+    def check(self, resolved) -> None:
+        """Fail fast, before data or model load: `resolved` is resolve.Resolved (opts, args, mask)."""
+
+    def build_trainer(self, ctx: TrainContext):
+        raise NotImplementedError
+
+    def install(self, trainer, ctx: TrainContext) -> WeMaskConfig:
+        """Put WeMask (and the other interventions) on the model TRL trains; returns the WeMask config with dims."""
+        from .install import install_on_policy
+
+        self.installation = install_on_policy(trainer, ctx)
+        return self.installation.wemask
+
+    def extra_metrics(self, trainer) -> dict:
+        return {}
+
+    def report_kept(self, before: int, trainer, reason: str, empty: str) -> None:
+        """Say how many rows the trainer's preprocessing dropped (one line when none is left)."""
+        dataset = getattr(trainer, "train_dataset", None)
+        if dataset is None or not hasattr(dataset, "__len__"):
+            return
+        kept = len(dataset)
+        if kept == 0:
+            raise WeMaskError(empty)
+        if kept < before:
+            self.dropped = before - kept
+            say(f"{self.name}: {before - kept} of {before} examples dropped: {reason}")
