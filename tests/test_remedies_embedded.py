@@ -37,4 +37,6 @@ def test_a_learning_rate_0_run_with_every_remedy_has_the_base_models_perplexity(
     assert (run / "adapter_model.safetensors").is_file()
     ran, said = perplexity(monkeypatch, capsys, str(run), tmp_path / "ran")
     assert "Applying the interventions saved with" in said and "GatedNorm" in said  # eval re-applied the remedies
+    recorded = json.loads((tmp_path / "ran" / "metrics.json").read_text())["provenance"]["model"]["interventions"]
+    assert [c["kind"] for c in recorded] == ["gated_norm", "pre_affine", "gated_attention"]  # and says so in metrics.json
     assert ran == perplexity(monkeypatch, capsys, embedded_dir, tmp_path / "base")[0]

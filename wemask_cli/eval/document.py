@@ -49,13 +49,14 @@ def versions(lm_eval: bool) -> dict[str, str | None]:
 
 
 def provenance(loaded, data_info: dict, started: float, lm_eval: bool = False) -> dict:
-    """Library versions, model path and revision, tokenizer BOS/EOS and chat-template hash, data, command, times."""
+    """Library versions, model path, revision and the saved remedies it carries (re-applied), tokenizer BOS/EOS and chat-template hash, data, command, times."""
     tokenizer, config = loaded.tokenizer, getattr(loaded.model, "config", None)
     template = getattr(tokenizer, "chat_template", None)
     return {
         "versions": versions(lm_eval),
         "model": {"path": loaded.source, "revision": getattr(config, "_commit_hash", None),
-                  "dtype": str(getattr(loaded.model, "dtype", "")).removeprefix("torch.") or None},
+                  "dtype": str(getattr(loaded.model, "dtype", "")).removeprefix("torch.") or None,
+                  "interventions": [c.to_dict() for c in loaded.installed.configs] if loaded.installed else []},
         "tokenizer": {"bos_token": tokenizer.bos_token, "bos_token_id": tokenizer.bos_token_id,
                       "eos_token": tokenizer.eos_token, "eos_token_id": tokenizer.eos_token_id,
                       "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest() if isinstance(template, str) else None},

@@ -5,6 +5,8 @@ Torch-free at import: `install()` implementations import torch and `wemask_cli.m
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
@@ -108,6 +110,15 @@ class Installed:
             )
         parent.add_module(attribute, module)
         self.modules[name] = (parent, attribute, module)
+
+    @contextmanager
+    def building(self):
+        """Guard an install: on any failure, remove what was already added, then re-raise."""
+        try:
+            yield self
+        except BaseException:
+            self.remove()
+            raise
 
     def parameters(self) -> list:
         return [p for _, _, module in self.modules.values() for p in module.parameters()]

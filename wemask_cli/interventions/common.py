@@ -75,3 +75,13 @@ def extras_without_main(options: dict, main: str, extras: dict) -> None:
     if given:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
         raise InterventionConfigError(f"{flags} needs --{main.replace('_', '-')}")
+
+
+def norm_sites(model, layers: str, norms: str, kind: str):
+    """(layer index, layer parts, 'attn' | 'ffn', that norm module) for every norm a remedy acts on."""
+    from ..method.arch import resolve_layers
+
+    parts = resolve_layers(model)
+    for l in layer_indices(layers, len(parts), kind):
+        for site in check_sites(norms, kind):
+            yield l, parts[l], site, parts[l].attn_norm if site == "attn" else parts[l].ffn_norm

@@ -52,7 +52,7 @@ class GatedAttention(Intervention):
 
         parts = resolve_layers(model)
         installed = Installed(self)
-        try:
+        with installed.building():
             for l in layer_indices(self.layers, len(parts), self.kind):
                 attention = parts[l].attention
                 o_proj = getattr(attention, "o_proj", None)
@@ -66,7 +66,4 @@ class GatedAttention(Intervention):
                 hook = AttentionOutputGate(gate, active)
                 installed.records.append(register_hook(attention, self.kind, l, hook.compute, pre=True, with_kwargs=True))
                 installed.records.append(register_hook(o_proj, self.kind, l, hook.apply, pre=True))
-        except BaseException:
-            installed.remove()
-            raise
         return installed

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .base import Active, FlagSpec, Installed, Intervention
-from .common import as_int, check_layers, check_rank, check_sites, extras_without_main, layer_indices, off
+from .common import as_int, check_layers, check_rank, check_sites, extras_without_main, norm_sites, off
 from .registry import register
 
 
@@ -52,23 +52,16 @@ class GatedNorm(Intervention):
 
     def install(self, model, *, active: Active | None = None) -> Installed:
         """Add one LowRankGate per (layer, norm) under the decoder layer and a forward hook on that norm."""
-        from ..method.arch import resolve_layers
         from ..method.hooks import register_hook
         from ..method.remedies import LowRankGate, NormOutputGate
 
-        parts = resolve_layers(model)
         installed = Installed(self)
-        try:
-            for l in layer_indices(self.layers, len(parts), self.kind):
-                for site in check_sites(self.norms, self.kind):
-                    norm = parts[l].attn_norm if site == "attn" else parts[l].ffn_norm
-                    weight = norm.weight
-                    d = weight.shape[-1]
-                    seed = self.seed * 1_000_003 + 2 * l + (site == "ffn")
-                    gate = LowRankGate(d, d, self.rank, swish=True, seed=seed, device=weight.device, dtype=weight.dtype)
-                    installed.add_module(f"{l}.{site}", parts[l].layer, f"wemask_gated_norm_{site}", gate)
-                    installed.records.append(register_hook(norm, self.kind, l, NormOutputGate(gate, active), pre=False))
-        except BaseException:
-            installed.remove()
-            raise
+        with installed.building():
+            for l, parts, site, norm in norm_sites(model, self.layers, self.norms, self.kind):
+                weight = norm.weight
+                d = weight.shape[-1]
+                seed = self.seed * 1_000_003 + 2 * l + (site == "ffn")
+                gate = LowRankGate(d, d, self.rank, swish=True, seed=seed, device=weight.device, dtype=weight.dtype)
+                installed.add_module(f"{l}.{site}", parts.layer, f"wemask_gated_norm_{site}", gate)
+                installed.records.append(register_hook(norm, self.kind, l, NormOutputGate(gate, active), pre=False))
         return installed

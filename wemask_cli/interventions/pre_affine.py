@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .base import Active, FlagSpec, Installed, Intervention
-from .common import check_layers, check_sites, extras_without_main, layer_indices, off
+from .common import check_layers, check_sites, extras_without_main, norm_sites, off
 from .registry import register
 
 
@@ -40,22 +40,14 @@ class PreAffine(Intervention):
 
     def install(self, model, *, active: Active | None = None) -> Installed:
         """Add one Scale per (layer, norm) under the decoder layer and a forward pre-hook on that norm."""
-        from ..method.arch import resolve_layers
         from ..method.hooks import register_hook
         from ..method.remedies import NormInputScale, Scale
 
-        parts = resolve_layers(model)
         installed = Installed(self)
-        try:
-            for l in layer_indices(self.layers, len(parts), self.kind):
-                for site in check_sites(self.norms, self.kind):
-                    norm = parts[l].attn_norm if site == "attn" else parts[l].ffn_norm
-                    weight = norm.weight
-                    scale = Scale(weight.shape[-1], device=weight.device, dtype=weight.dtype)
-                    installed.add_module(f"{l}.{site}", parts[l].layer, f"wemask_pre_affine_{site}", scale)
-                    hook = NormInputScale(scale, active)
-                    installed.records.append(register_hook(norm, self.kind, l, hook, pre=True, with_kwargs=True))
-        except BaseException:
-            installed.remove()
-            raise
+        with installed.building():
+            for l, parts, site, norm in norm_sites(model, self.layers, self.norms, self.kind):
+                scale = Scale(norm.weight.shape[-1], device=norm.weight.device, dtype=norm.weight.dtype)
+                installed.add_module(f"{l}.{site}", parts.layer, f"wemask_pre_affine_{site}", scale)
+                hook = NormInputScale(scale, active)
+                installed.records.append(register_hook(norm, self.kind, l, hook, pre=True, with_kwargs=True))
         return installed
