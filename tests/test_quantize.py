@@ -291,7 +291,8 @@ def test_eval_refuses_bad_quantization_flags_before_loading(monkeypatch, capsys,
 
     for flags, message in ((["--quantize", "w3a3"], "unknown quantization scheme 'w3a3'"),
                            (["--quantize", "fp4", "--fp4-block-size", "64"], "--fp4-block-size must be one of 16, 32"),
-                           (["--quantize", "w8a8", "--smoothquant", "2"], "--smoothquant takes α in [0, 1]")):
+                           (["--quantize", "w8a8", "--smoothquant", "2"], "--smoothquant takes α in [0, 1]"),
+                           (["--smoothquant", "0.5"], "--smoothquant migrates activation scale before quantizing")):
         code, _, stderr = run_main(monkeypatch, capsys, "eval", "--model", str(tmp_path / "absent"), "--task",
                                    "perplexity", *flags, "-o", str(tmp_path / "out"))
         assert code == 2 and message in stderr and len(stderr.strip().splitlines()) == 1, stderr

@@ -135,3 +135,19 @@ def test_report_keeps_quantized_variants_apart(tmp_path):
     by_key = {(r["mask_rate"], r["quantize"]): r for r in rows}
     assert len(rows) == 4 and by_key[(0.0, "w4a4")]["value"] == 11076.0 and by_key[(0.0, "none")]["value"] == 22.7
     assert by_key[(0.3, "w4a4")]["mode"] == "free · w4a4" and by_key[(0.3, "none")]["mode"] == "free"
+
+
+def test_report_labels_runs_by_their_remedies(tmp_path):
+    """A training run with GatedNorm and an eval of it are their own line, apart from a plain run at the same rate."""
+    from wemask_cli.commands.report import rows_from_document
+
+    trained = rows_from_document("gated", {"stage": "sft", "mode": "aware", "mask_rate": 0.0, "train_loss": 3.2,
+                                           "interventions": ["gated_norm"]}, tmp_path)
+    plain = rows_from_document("plain", {"stage": "sft", "mode": "aware", "mask_rate": 0.0, "train_loss": 3.3}, tmp_path)
+    evaluated = rows_from_document("eval", {
+        "stage": "eval", "task": "perplexity",
+        "results": [{"mask_rate": 0.0, "mode": "free", "metric": "perplexity", "value": 22.7, "quantize": "w4a4"}],
+        "provenance": {"model": {"interventions": [{"kind": "gated_norm"}, {"kind": "pre_affine"}]}},
+    }, tmp_path)
+    assert trained[0]["mode"] == "aware + gated_norm" and plain[0]["mode"] == "aware"
+    assert evaluated[0]["mode"] == "free + gated_norm + pre_affine · w4a4"

@@ -108,6 +108,8 @@ def run_eval(request: EvalRequest, plot: Callable[[dict, Path], Path] | None = N
         from ..eval.quantize import parse_schemes
 
         parse_schemes(request.quantize, block_size=request.fp4_block_size, smoothquant=request.smoothquant)  # before loading
+    elif request.smoothquant is not None:
+        raise WeMaskError("--smoothquant migrates activation scale before quantizing: add --quantize (e.g. none,w4a4)")
     output = Path(request.output).expanduser() if request.output else default_output(task.settings.task or "lm-eval")
     with claim_output_dir(output, overwrite=request.overwrite, kind="eval", flag="--output"):
         data = task.load()

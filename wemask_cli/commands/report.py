@@ -3,7 +3,8 @@
 Each DIR contributes its own metrics.json and those of its immediate sub-directories (so an eval output
 written inside a training run is found too). Two layouts are read:
 - eval (wemask_cli/eval): a `results` list of {mask_rate, mode, quantize, seed, metric, value, se, n}; seeds are
-  averaged (mean, std across seeds); a quantized variant is its own row and line (mode 'free · w4a4'). Metric
+  averaged (mean, std across seeds); a quantized variant is its own row and line (mode 'free · w4a4'), and so is
+  a run with remedies (mode 'aware + gated_norm', from `interventions` or the eval's provenance). Metric
   names become `<task>/<metric>`, e.g. `choice/accuracy`
   (`perplexity` stays `perplexity`).
 - any other run (sft, dpo, grpo, ...): a flat object with `stage`, `mode`, `mask_rate` and numeric metrics,
@@ -62,15 +63,26 @@ def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def variant_label(mode: str, quantize: str) -> str:
-    """The mode as tables and plot lines show it: a quantized eval's rows are their own line ('free · w4a4')."""
-    return mode if quantize == "none" else f"{mode} · {quantize}"
+def variant_label(mode: str, quantize: str, remedies: list | None = None) -> str:
+    """The mode as tables and plot lines show it: remedies and quantization make their own line
+    ('aware + gated_norm', 'free · w4a4')."""
+    label = " + ".join([mode, *(remedies or [])])
+    return label if quantize == "none" else f"{label} · {quantize}"
+
+
+def remedy_kinds(document: dict) -> list[str]:
+    """The remedies a run trained with (training metrics) or an eval ran with (re-applied from the model)."""
+    if isinstance(document.get("interventions"), list):
+        return [str(kind) for kind in document["interventions"]]
+    applied = ((document.get("provenance") or {}).get("model") or {}).get("interventions") or []
+    return [str(entry.get("kind")) for entry in applied if isinstance(entry, dict) and entry.get("kind") != "wemask"]
 
 
 def rows_from_document(run: str, document: dict, path: Path) -> list[dict]:
     """Long rows for one metrics.json (see the module doc for the two layouts)."""
     stage = document.get("stage") or "?"
     task = document.get("task") or ""
+    remedies = remedy_kinds(document)
     if isinstance(document.get("results"), list):
         groups: dict[tuple, list[dict]] = {}
         for result in document["results"]:
@@ -84,7 +96,7 @@ def rows_from_document(run: str, document: dict, path: Path) -> list[dict]:
             values = [r["value"] for r in results]
             ses = [r["se"] for r in results if is_number(r.get("se"))]
             rows.append(
-                {"run": run, "stage": stage, "task": task, "mode": variant_label(mode, quantize), "quantize": quantize,
+                {"run": run, "stage": stage, "task": task, "mode": variant_label(mode, quantize, remedies), "quantize": quantize,
                  "mask_rate": rate, "metric": f"{task}/{metric}" if task and metric != task and "/" not in metric else metric,
                  "value": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
                  "se": statistics.fmean(ses) if ses else None, "seeds": len(values), "n": results[0].get("n")}
@@ -111,7 +123,8 @@ def rows_from_document(run: str, document: dict, path: Path) -> list[dict]:
         raise WeMaskError(f"{path} holds no numeric metrics")
     rate = document.get("mask_rate")
     return [
-        {"run": run, "stage": stage, "task": task, "mode": document.get("mode") or "none", "quantize": "none",
+        {"run": run, "stage": stage, "task": task, "mode": variant_label(document.get("mode") or "none", "none", remedies),
+         "quantize": "none",
          "mask_rate": rate if is_number(rate) else None, "metric": metric, "value": value, "std": 0.0, "se": None,
          "seeds": 1, "n": None}
         for metric, value in metrics.items()

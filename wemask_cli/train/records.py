@@ -114,6 +114,7 @@ def write_metrics(trainer, output, ctx, stage, config: WeMaskConfig, seconds: fl
         "model": ctx.loaded.source,
         "dataset": ctx.options["dataset"],
         "peft": bool(ctx.peft_config),
+        "interventions": [remedy.kind for remedy in ctx.remedies],  # the remedies besides WeMask (report labels runs by them)
         "seed": ctx.args.seed,
         "world_size": ctx.args.world_size,
         "global_step": trainer.state.global_step,
