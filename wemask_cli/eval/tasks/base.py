@@ -59,6 +59,16 @@ class Task:
     def load(self) -> EvalData:
         raise NotImplementedError
 
+    def open_rows(self):
+        """(source, rows, labels) of a task that needs records, not plain text: --data (or the bundled file), limited."""
+        from ..data import open_source, text_only_error
+
+        s = self.settings
+        source = open_source(s.data, self.bundled, s.split, s.data_config, s.limit)
+        if source.rows is None:
+            raise text_only_error(source.where, self.name)
+        return source, source.rows[: s.limit], source.labels[: s.limit]
+
     def prepare(self, tokenizer, data: EvalData, max_positions: int | None) -> Prepared:
         raise NotImplementedError
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ...data import column_value
 from ...errors import WeMaskError
 from ...prompts import render_prompt
-from ..data import EvalData, open_source, text_only_error, parse_answer_index, parse_choices, pick_field, require_text
+from ..data import EvalData, parse_answer_index, parse_choices, pick_field, require_text
 from ..stats import proportion
 from .base import CALIBRATION, Prepared, Scored, Task, check_fewshot, fewshot_draws, left_truncate, warn_truncated
 
@@ -29,10 +29,7 @@ class ChoiceTask(Task):
 
     def load(self) -> EvalData:
         s = self.settings
-        source = open_source(s.data, self.bundled, s.split, s.data_config, s.limit)
-        if source.rows is None:
-            raise text_only_error(source.where, self.name)
-        rows, labels = source.rows[: s.limit], source.labels[: s.limit]
+        source, rows, labels = self.open_rows()
         question = pick_field(rows, s.question_field, "question", "--question-field", source.where)
         choices_name = pick_field(rows, s.choices_field, "choices", "--choices-field", source.where)
         answer = pick_field(rows, s.answer_field, "choice_answer", "--answer-field", source.where)

@@ -10,7 +10,7 @@ chat turns with the chat template, else as text separated by blank lines).
 from __future__ import annotations
 
 from ...data import VERL_ANSWER, column_value, is_verl
-from ..data import EvalData, open_source, pick_field, require_text, text_only_error
+from ..data import EvalData, pick_field, require_text
 from ..stats import proportion
 from .base import CALIBRATION, Prepared, Scored, Task, check_fewshot, fewshot_draws
 
@@ -37,10 +37,7 @@ class MathTask(Task):
 
     def load(self) -> EvalData:
         s = self.settings
-        source = open_source(s.data, self.bundled, s.split, s.data_config, s.limit)
-        if source.rows is None:
-            raise text_only_error(source.where, self.name)
-        rows, labels = source.rows[: s.limit], source.labels[: s.limit]
+        source, rows, labels = self.open_rows()
         verl = s.question_field is None and s.answer_field is None and is_verl(rows[:5])
         question = "prompt" if verl else pick_field(rows, s.question_field, "question", "--question-field", source.where)
         answer = VERL_ANSWER if verl else pick_field(rows, s.answer_field, "math_answer", "--answer-field", source.where)
