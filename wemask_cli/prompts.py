@@ -47,15 +47,24 @@ def encode_left_truncated(tokenizer, prompts: list, chat_template: bool, limit: 
         ids = tokenizer(text, add_special_tokens=special)["input_ids"]
         if not ids:
             raise WeMaskError(f"prompt {number} is empty: nothing to generate from (give some text, or keep the chat template on)")
-        cut = max(0, len(ids) - limit) if limit else 0
-        encoded.append(ids[cut:])
+        ids, cut = left_truncate(ids, limit)
+        encoded.append(ids)
         cuts.append(cut)
     return encoded, cuts
 
 
-def warn_truncated(cuts: list[int], limit: int, why: str) -> None:
-    """One warning line for all the prompts cut from the left (none cut: silent)."""
+def left_truncate(ids: list[int], room: int | None) -> tuple[list[int], int]:
+    """The last `room` tokens of `ids` (at least one; None: all) and how many were cut."""
+    if room is None:
+        return ids, 0
+    room = max(1, room)
+    return (ids[-room:], len(ids) - room) if len(ids) > room else (ids, 0)
+
+
+def warn_truncated(cuts: list[int], limit: int, why: str, *, what: str = "prompt(s)", note: str = "") -> None:
+    """One warning line for all the prompts cut from the left (none cut: silent); truncated, never refused."""
     cut = [c for c in cuts if c]
     if cut:
         span = f"{min(cut)}" if min(cut) == max(cut) else f"{min(cut)} to {max(cut)}"
-        warn(f"{len(cut)} of {len(cuts)} prompt(s) were longer than {limit} tokens ({why}): cut from the left by {span} tokens")
+        warn(f"{len(cut)} of {len(cuts)} {what} were longer than {limit} tokens ({why}): truncated from the left, "
+             f"{span} tokens cut from the left end" + (f"; {note}" if note else ""))

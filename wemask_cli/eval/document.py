@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import importlib.metadata
 import io
 import json
 import sys
@@ -29,6 +28,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..outputs import atomic_write_json, atomic_write_text, strict_json
+from ..versions import library_versions
 from .stats import summarize
 
 SCHEMA = "wemask-metrics/1"
@@ -37,15 +37,7 @@ LIBRARIES = ("wemask-cli", "torch", "transformers", "trl", "lm-eval")
 
 
 def versions(lm_eval: bool) -> dict[str, str | None]:
-    found = {}
-    for name in LIBRARIES:
-        if name == "lm-eval" and not lm_eval:
-            continue
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            found[name] = None
-    return found
+    return library_versions(name for name in LIBRARIES if lm_eval or name != "lm-eval")
 
 
 def provenance(loaded, data_info: dict, started: float, lm_eval: bool = False) -> dict:

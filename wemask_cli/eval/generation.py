@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import torch
 
-from ..prompts import render_prompt
+from ..prompts import left_truncate, render_prompt, warn_truncated
 from .scoring import model_device, pad_id_of
-from .tasks.base import left_truncate, warn_truncated
+from .tasks.base import TRUNCATED_NOTE
 
 
 def encode_prompts(tokenizer, prompts: list, chat: bool, max_positions: int | None, max_new_tokens: int
@@ -22,7 +22,7 @@ def encode_prompts(tokenizer, prompts: list, chat: bool, max_positions: int | No
         encoded.append(ids)
         texts.append(text)
         cuts.append(cut)
-    warn_truncated(cuts, "prompts", room)
+    warn_truncated(cuts, room, "the model's context less --max-new-tokens", what="prompts", note=TRUNCATED_NOTE)
     return encoded, texts, cuts
 
 

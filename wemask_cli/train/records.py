@@ -14,21 +14,17 @@ from pathlib import Path
 
 from ..method.config import WeMaskConfig
 from ..outputs import atomic_write_json, strict_json
+from ..versions import library_versions
 
 RUN_NAME = "wemask_run.json"
 METRICS_NAME = "metrics.json"
 
 
-def versions() -> dict:
-    import importlib.metadata as md
+LIBRARIES = ("wemask-cli", "torch", "transformers", "trl", "peft", "accelerate", "datasets")
 
-    out = {"python": platform.python_version()}
-    for name in ("wemask-cli", "torch", "transformers", "trl", "peft", "accelerate", "datasets"):
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            out[name] = None
-    return out
+
+def versions() -> dict:
+    return {"python": platform.python_version(), **library_versions(LIBRARIES)}
 
 
 class RunRecord:

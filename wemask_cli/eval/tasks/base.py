@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ...progress import warn
 from ..data import EvalData
 from ..settings import EvalSettings
 from ..stats import Metric
 
 CALIBRATION = 8  # sequences a task offers as `Prepared.samples`
+TRUNCATED_NOTE = "`truncated: true` in examples.jsonl"  # said with the warning of every cut eval prompt
 
 
 @dataclass
@@ -96,19 +96,3 @@ def fewshot_draws(count: int, k: int, seed: int) -> list[list[int]]:
         picked = rng.sample(range(count - 1), k)
         draws.append([i if i < index else i + 1 for i in picked])
     return draws
-
-
-def left_truncate(ids: list[int], room: int) -> tuple[list[int], int]:
-    """The last `room` tokens of `ids` (at least one) and how many were cut."""
-    room = max(1, room)
-    return (ids[-room:], len(ids) - room) if len(ids) > room else (ids, 0)
-
-
-def warn_truncated(cuts: list[int], what: str, room: int) -> None:
-    """One warning line for all prompts cut from the left (PLAN decision: truncated, never refused)."""
-    cut = [c for c in cuts if c > 0]
-    if cut:
-        warn(
-            f"{len(cut)} {what} longer than the model's context were truncated from the left to {room} tokens "
-            f"(up to {max(cut)} tokens cut; `truncated: true` in examples.jsonl)"
-        )

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from ...data import column_value
 from ...errors import WeMaskError
-from ...prompts import render_prompt
+from ...prompts import left_truncate, render_prompt, warn_truncated
 from ..data import EvalData, parse_answer_index, parse_choices, pick_field, require_text
 from ..stats import proportion
-from .base import CALIBRATION, Prepared, Scored, Task, check_fewshot, fewshot_draws, left_truncate, warn_truncated
+from .base import CALIBRATION, TRUNCATED_NOTE, Prepared, Scored, Task, check_fewshot, fewshot_draws
 
 DELIMITER = " "  # lm-eval's target_delimiter
 FEWSHOT_SEPARATOR = "\n\n"  # lm-eval's fewshot_delimiter
@@ -78,7 +78,8 @@ class ChoiceTask(Task):
             context, cut = left_truncate(context, room)
             groups.append((context, options))
             cuts.append(cut)
-        warn_truncated(cuts, "choice prompts", (max_positions or 0))
+        warn_truncated(cuts, max_positions or 0, "the model's context, with the longest option", what="choice prompts",
+                       note=TRUNCATED_NOTE)
         longest = max(len(c) + max(len(o) for o in opts) for c, opts in groups)
         units = sum(len(opts) for _, opts in groups)
         samples = [context + options[row['answer']] for row, (context, options) in zip(data.rows, groups)][:CALIBRATION]
