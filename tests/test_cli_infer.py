@@ -21,7 +21,7 @@ from wemask_cli import models as models_module
         (["--mask-rate", "abc", "--me-layer", "1"], "'abc' is not a number"),
         (["--mask-rate", "0.3", "--me-layer", "x"], "--me-layer 'x' is not valid"),
         (["--mask-rate", "0.3", "--me-layer", "99"], "me_layer=99 is outside the model: it has 4 layers, use 0..3"),
-        (["--mask-rate", "0.3"], "--mask-rate needs --me-layer"),
+        (["--mask-rate", "0.3"], "--me-layer auto: no ME layer found"),  # --me-layer defaults to auto; a random model has none
         (["--mask-rate", "0.3", "--me-layer", "1", "--strength", "3"], "strength=3.0 is out of range"),
     ],
 )

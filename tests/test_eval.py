@@ -190,10 +190,10 @@ def test_data_layouts_of_common_benchmarks(tmp_path):
 
 def test_math_grading_uses_the_reward_extractor():
     reference = "She has 3 + 4 = 7 apples.\n#### 7"
-    assert grade_math("3 + 4 = 7, so she has 7.\n#### 7", reference) == ("7", True)
-    assert grade_math("The answer is $\\boxed{7}$", reference) == ("7", True)
-    assert grade_math("I think 8 apples", reference) == ("8", False)
-    assert grade_math("no number here", reference) == (None, False)
+    assert grade_math("3 + 4 = 7, so she has 7.\n#### 7", reference) == ("7", True, True)
+    assert grade_math("The answer is $\\boxed{7}$", reference) == ("7", True, True)
+    assert grade_math("I think 8 apples", reference) == ("8", False, True)
+    assert grade_math("no number here", reference) == (None, False, False)
     assert grade_math("\\boxed{\\frac{1}{2}}", "0.5")[1]
 
 
@@ -256,7 +256,7 @@ def test_math_end_to_end_on_a_tiny_model(monkeypatch, capsys, tiny_model_dir, tm
     doc = json.loads((out / "metrics.json").read_text())
     assert doc["primary_metric"] == "accuracy" and doc["n_examples"] == 3
     assert doc["settings"]["temperature"] == 0.0 and doc["settings"]["max_new_tokens"] == 6
-    assert {(r["mask_rate"], r["metric"]) for r in doc["results"]} == {(0.0, "accuracy"), (1.0, "accuracy")}
+    assert {(r["mask_rate"], r["metric"]) for r in doc["results"]} == {(m, k) for m in (0.0, 1.0) for k in ("accuracy", "unparseable")}
     records = [json.loads(line) for line in (out / "examples.jsonl").read_text().splitlines()]
     assert len(records) == 6 and {r["mask_rate"] for r in records} == {0.0, 1.0}
     for record in records:
@@ -359,5 +359,23 @@ def test_bad_row_is_reported_with_its_line(monkeypatch, capsys, tiny_model_dir, 
         {"question": "ok", "choices": ["a", "b"], "answer": 0},
         {"question": "bad", "choices": ["a", "b"], "answer": 5},
     ])
-    code, _, err = run_main(monkeypatch, capsys, "eval", "--model", tiny_model_dir, "--task", "choice", "--data", str(data))
+    code, _, err = run_main(monkeypatch, capsys, "eval", "--model", tiny_model_dir, "--task", "choice", "--data", str(data),
+                            "--output", str(tmp_path / "out"))  # the default runs/eval/choice-TIME would land in the checkout
     assert code == 2 and "line 2: answer 5 in 'answer' is not an option index (0-1)" in err
+
+
+def test_non_finite_logliks_are_an_error_not_a_metric(tiny_tokenizer):
+    """A model giving NaN log-likelihoods (its weights overflowed in memory) yields no accuracy or perplexity."""
+    from wemask_cli.errors import WeMaskError
+
+    model = make_tiny_model("llama", vocab_size=len(tiny_tokenizer))
+    with torch.no_grad():
+        model.model.norm.weight.fill_(math.nan)
+    rows = [{"question": "What is 12 plus 30?", "choices": ["42", "72"], "answer": 0}]
+    task, prepared = choice_task(rows, tiny_tokenizer)
+    with pytest.raises(WeMaskError, match=r"question 1 \('What is 12 plus 30\?'\): the model's log-likelihood is not finite \(nan"):
+        task.evaluate(model, tiny_tokenizer, prepared, 0, 2, lambda k: None)
+    ppl = PerplexityTask(EvalSettings(task="perplexity", window=24, limit=2).resolved())
+    prepared = ppl.prepare(tiny_tokenizer, EvalData("perplexity", "text", texts=[PPL_TEXT.read_text()]), 256)
+    with pytest.raises(WeMaskError, match=r"perplexity window 0 \(document 0\): the model's log-likelihood is not finite"):
+        ppl.evaluate(model, tiny_tokenizer, prepared, 0, 2, lambda k: None)

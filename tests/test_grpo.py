@@ -299,8 +299,8 @@ def test_bad_custom_reward_is_one_line_exit_2_before_the_model_loads(cli, bad_re
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--use-vllm", "--mask-rate", "0.3", "--me-layer", "1"], "--use-vllm cannot train with --mode aware"),
-        (["--use_vllm", "True", "--mask-rate", "0.3", "--me-layer", "1", "--mode", "aware"], "vLLM generates the rollouts"),
+        (["--use-vllm", "--vllm-mode", "server", "--mask-rate", "0.3", "--me-layer", "1"], "--vllm-mode server needs GPUs"),
+        (["--use_vllm", "True", "--gated-norm", "both"], "add modules that vLLM's model classes do not have"),
         (["--use-transformers-continuous-batching", "--mask-rate", "0.3", "--me-layer", "1"], "continuous-batching"),
         (["--reward", "math:2", "--reward-weights", "1", "0.5"], "not both"),
         (["--reward", "math", "--reward", "format", "--reward-weights", "1"], "--reward-weights has 1 value(s) for 2"),

@@ -10,7 +10,6 @@ import sys
 
 import pytest
 
-from wemask_cli import outputs
 from wemask_cli.errors import WeMaskError
 from wemask_cli.outputs import (
     LOCK_NAME,
@@ -38,7 +37,7 @@ def user_files(folder):
 def test_overwrite_never_deletes_a_folder_of_user_files(tmp_path):
     folder = tmp_path / "s"
     names = user_files(folder)
-    with pytest.raises(WeMaskError, match="wemask did not write .*checkpoint-500, important.txt, metrics.json"):
+    with pytest.raises(WeMaskError, match="wemask did not write .*checkpoint-500/, important.txt, metrics.json"):
         claim_output_dir(folder, overwrite=True, kind="sft")
     assert names <= set(os.listdir(folder)) and (folder / "important.txt").read_text() == "my notes"
     assert not (folder / LOCK_NAME).exists()
@@ -58,8 +57,13 @@ def test_dot_output_is_refused_then_accepted_when_only_wemask_files(tmp_path, mo
     with claim_output_dir(".", overwrite=False, kind="eval", flag="-o") as claim:
         atomic_write_json("results.json", {"a": 1})
         (empty / "plots").mkdir()
+        claim.record("results.json", "plots")
+        (empty / "mine.txt").write_text("written meanwhile by the user: never recorded")
     assert sorted(read_manifest(empty)) == ["plots", "results.json"]
-    with claim_output_dir(".", overwrite=True, kind="eval", flag="-o"):  # only wemask's files: replaced in place
+    os.unlink("mine.txt")
+    with claim_output_dir(".", overwrite=True, kind="eval", flag="-o") as again:  # only wemask's files: replaced
+        assert (empty / "results.json").exists()  # nothing deleted before the command has checked its inputs
+        again.clear()
         assert set(os.listdir(".")) == {LOCK_NAME, MANIFEST_NAME}
     assert empty.is_dir() and claim.lock_path is None
 
@@ -71,13 +75,15 @@ def test_overwrite_deletes_only_the_manifest_and_refuses_with_user_notes(tmp_pat
         (folder / "checkpoint-5" / "model.safetensors").write_text("w")
         claim.record("checkpoint-5")
         atomic_write_json(folder / "metrics.json", {"loss": 1.0})
+        claim.record(folder / "metrics.json")
     assert sorted(read_manifest(folder)) == ["checkpoint-5", "metrics.json"]
     (folder / "notes.md").write_text("keep me")
     with pytest.raises(WeMaskError, match=r"also holds files wemask did not write \(notes.md\).*nothing was deleted"):
         claim_output_dir(folder, overwrite=True, kind="sft")
     assert (folder / "checkpoint-5" / "model.safetensors").exists() and (folder / "notes.md").read_text() == "keep me"
     (folder / "notes.md").unlink()
-    with claim_output_dir(folder, overwrite=True, kind="sft"):
+    with claim_output_dir(folder, overwrite=True, kind="sft") as claim:
+        claim.clear()
         assert set(os.listdir(folder)) == {LOCK_NAME, MANIFEST_NAME}
     with pytest.raises(WeMaskError, match="earlier wemask run"):
         atomic_write_text(folder / "x.txt", "x")
@@ -173,7 +179,7 @@ def test_strict_json_and_atomic_writes(tmp_path, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(outputs.os, "fsync", full)
+    monkeypatch.setattr(os, "fsync", full)
     with pytest.raises(WeMaskError, match="could not write .*m.json: no space left on the device: free some space"):
         atomic_write_json(tmp_path / "m.json", {"x": 2})
     assert json.loads(path.read_text()) == {"x": 1}  # the old file intact, no temporary left behind

@@ -54,7 +54,7 @@ def test_report_merges_three_runs(monkeypatch, capsys, three_runs, tmp_path):
         "--json", str(out_json), "--csv", str(out_csv),
     )
     assert code == 0, err
-    for name in ("eval-a", "eval-b", "r0.3", "perplexity", "train_loss", "aware", "free", "eval, 2 run(s)", "sft, 1 run(s)"):
+    for name in ("eval-a", "eval-b", "r0.3", "perplexity", "train_loss", "aware", "free", "eval: perplexity, 2 run(s)", "sft, 1 run(s)"):
         assert name in stdout, name
     rows = json.loads(out_json.read_text())
     assert {r["run"].rsplit("/", 1)[-1] for r in rows} == {"eval-a", "eval-b", "r0.3"}
@@ -91,7 +91,7 @@ def test_report_errors_are_one_line(monkeypatch, capsys, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     code, _, err = run_main(monkeypatch, capsys, "report", str(empty))
-    assert code == 2 and err.count("\n") == 1 and "has no metrics.json" in err and "Traceback" not in err
+    assert code == 2 and "no metrics.json in" in err.splitlines()[-1] and "Traceback" not in err
     code, _, err = run_main(monkeypatch, capsys, "report", str(tmp_path / "missing"))
     assert code == 2 and "no such directory" in err
     bad = tmp_path / "bad"
@@ -123,31 +123,159 @@ def test_report_never_replaces_a_file_without_overwrite(monkeypatch, capsys, tmp
     assert default_png.read_bytes()[:4] == b"\x89PNG" and json.loads(out_json.read_text())[0]["run"] == str(run)
 
 
-def test_report_keeps_quantized_variants_apart(tmp_path):
-    """A `--quantize` sweep's rows at the same rate and mode are separate rows and plot lines, never averaged."""
-    from wemask_cli.commands.report import rows_from_document
+def test_report_skips_a_folder_without_metrics_and_goes_on(monkeypatch, capsys, tmp_path):
+    """`wemask report runs/*` with an empty folder among the runs: one line for it, the rest reported."""
+    runs = tmp_path / "runs"
+    (runs / "empty").mkdir(parents=True)
+    write_training_run(runs / "r0", mask_rate=0.0)
+    code, out, err = run_main(monkeypatch, capsys, "report", str(runs / "empty"), str(runs / "r0"), "--no-plot")
+    assert code == 0, err
+    assert f"wemask: skipping {runs / 'empty'}: no metrics.json" in err and "train_loss" in out
 
+
+# Training runs written by hand as train/records.py writes them: metrics.json and wemask_run.json.
+TRL_ARGS = {"learning_rate": 5e-6, "max_steps": 100, "per_device_train_batch_size": 8, "beta": 0.1, "seed": 0,
+            "output_dir": "OUT", "logging_dir": "OUT/logs", "run_name": "OUT", "save_steps": 50}
+
+
+def write_training_run(folder: Path, *, stage="sft", mask_rate=0.3, mode="aware", seed=0, peft=False, ref_mask=None,
+                       dataset="data/sft_chat.jsonl", remedies=(), loss=2.0, load_in_4bit=False, **trl) -> Path:
+    folder.mkdir(parents=True)
+    metrics = {
+        "stage": stage, "status": "finished", "mode": mode, "mask_rate": mask_rate, "me_layer": 5, "select": "weight",
+        "layers": "from-me", "strength": 1.0, "model": "/cache/wemask/models/SmolLM2-135M-Instruct.Q4_1-ab5632ff1665",
+        "dataset": dataset, "peft": peft, "interventions": list(remedies), "seed": seed, "world_size": 1,
+        "global_step": 100, "epoch": 1.0, "train_loss": loss, "final_loss": loss - 0.1, "eval_loss": None,
+        "runtime_s": 12.5, "train_samples_per_second": 3.0, "train_steps_per_second": 0.4,
+        "loss_history": [[1, loss + 1], [100, loss - 0.1]], "dropped_examples": 0,
+    }  # fmt: skip
+    if stage == "dpo":
+        metrics.update(ref_mask=ref_mask, reference="adapter disabled" if peft else "copy", first_step={"loss": 0.693})
+    options = {"model": None, "output_dir": str(folder), "dataset": dataset, "dataset_split": "train", "mask_rate": str(mask_rate),
+               "mode": mode, "use_peft": peft, "lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.05, "load_in_4bit": load_in_4bit,
+               "load_in_8bit": False, "dtype": "auto", "overwrite": False, "resume": False, "gated_norm": None}  # fmt: skip
+    if stage == "dpo":
+        options["ref_mask"] = ref_mask
+    args = {**TRL_ARGS, "seed": seed, "output_dir": str(folder), "logging_dir": f"{folder}/logs", "run_name": str(folder), **trl}
+    record = {"stage": stage, "command": ["wemask", stage], "seed": seed, "world_size": 1, "model_source": metrics["model"],
+              "data_format": "messages", "interventions": [], "options": options, "trl_config_class": "SFTConfig",
+              "trl_args": args, "versions": {}}  # fmt: skip
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    (folder / "wemask_run.json").write_text(json.dumps(record))
+    return folder
+
+
+def lines_of(rows, metric="train_loss") -> dict[str, list[dict]]:
+    from wemask_cli.commands.report import points
+
+    found: dict[str, list[dict]] = {}
+    for point in points(rows):
+        if point["metric"] == metric:
+            found.setdefault(point["line"], []).append(point)
+    return found
+
+
+def test_report_compares_like_with_like(tmp_path):
+    """The DPO runs the issue found merged into one 'aware' point: full and LoRA, --ref-mask same and none, plain
+    and HH data are four lines; only the two seeds of one setting are averaged, with their std as error bars."""
+    runs = tmp_path / "runs"
+    write_training_run(runs / "full-same-s0", stage="dpo", ref_mask="same", seed=0, loss=0.60)
+    write_training_run(runs / "full-same-s1", stage="dpo", ref_mask="same", seed=1, loss=0.64)
+    write_training_run(runs / "full-none", stage="dpo", ref_mask="none", loss=0.50)
+    write_training_run(runs / "lora-same", stage="dpo", ref_mask="same", peft=True, loss=0.40)
+    write_training_run(runs / "lora-same-hh", stage="dpo", ref_mask="same", peft=True, dataset="data/hh.jsonl", loss=0.30)
+    rows = gather(sorted(runs.iterdir()))
+    lines = lines_of(rows)
+    assert sorted(lines) == sorted([
+        "aware · full · ref-mask none · data sft_chat.jsonl",
+        "aware · full · ref-mask same · data sft_chat.jsonl",
+        "aware · LoRA r=16 · ref-mask same · data hh.jsonl",
+        "aware · LoRA r=16 · ref-mask same · data sft_chat.jsonl",
+    ])
+    (averaged,) = lines["aware · full · ref-mask same · data sft_chat.jsonl"]
+    assert averaged["value"] == pytest.approx(0.62) and averaged["std"] == pytest.approx(0.0283, abs=1e-3)
+    assert averaged["spread"] == "runs" and len(averaged["runs"]) == 2
+    assert all(point["spread"] is None for name, found in lines.items() if "full · ref-mask same" not in name for point in found)
+
+
+def test_report_splits_runs_by_any_other_training_argument(tmp_path):
+    """A learning rate (or any TRL argument besides paths, logging and seed) that differs is named in the line."""
+    runs = tmp_path / "runs"
+    write_training_run(runs / "a", seed=0)
+    write_training_run(runs / "b", seed=1, learning_rate=1e-5)
+    names = sorted(lines_of(gather(sorted(runs.iterdir()))))
+    assert names == ['aware · learning_rate=1e-05', 'aware · learning_rate=5e-06']
+
+
+def test_report_plain_runs_quantized_runs_and_remedies_are_their_own_lines(tmp_path):
+    """A run without a mask is 'plain' (not 'aware'); remedies and 4-bit loading name their own lines."""
+    runs = tmp_path / "runs"
+    write_training_run(runs / "r0", mask_rate=0.0)
+    write_training_run(runs / "r0.3", mask_rate=0.3)
+    write_training_run(runs / "gated", mask_rate=0.0, remedies=["gated_norm"])
+    write_training_run(runs / "q4", mask_rate=0.3, peft=True, load_in_4bit=True)
+    rows = gather(sorted(runs.iterdir()))
+    by_run = {Path(row["run"]).name: row["line"] for row in rows if row["metric"] == "train_loss"}
+    assert by_run["r0"].startswith("plain · full · no remedy") and by_run["gated"].startswith("plain · full · gated_norm")
+    assert by_run["r0.3"] == "aware · full · no remedy · no quantization"
+    assert by_run["q4"] == "aware · LoRA r=16 · no remedy · 4bit"
+
+
+def eval_document(task="perplexity", data="/work/perplexity.txt", sha="a" * 64, rates=(0.0, 0.3), quantize="none", values=None):
+    values = values or [22.7 + 10 * r for r in rates]
+    return {
+        "schema": "wemask-metrics/1", "stage": "eval", "task": task, "model": "/m", "data": data, "mode": "free",
+        "mask_rates": list(rates), "results": [
+            {"mask_rate": r, "mode": "free", "quantize": quantize, "seed": 0, "metric": "perplexity", "value": v, "se": 0.5, "n": 8,
+             "delta": v - values[0], "delta_se": 0.1}
+            for r, v in zip(rates, values)
+        ],
+        "settings": {"task": task, "data": data, "window": 256, "batch_size": 8, "seeds": 1},
+        "provenance": {"model": {"path": "/m", "interventions": []}, "data": {"path": data, "sha256": sha}},
+    }  # fmt: skip
+
+
+def test_report_uses_an_eval_baseline_only_for_the_same_data(tmp_path):
+    """The perplexity of README.md is its own plain line, not the r=0 baseline of runs on perplexity.txt."""
+    runs = tmp_path / "runs"
+    for name, document in {
+        "sweep": eval_document(),
+        "readme-r0": eval_document(data="/work/README.md", sha="b" * 64, rates=(0.0,), values=[40.0]),
+        "window": {**eval_document(), "settings": {"window": 64}},
+    }.items():
+        (runs / name).mkdir(parents=True)
+        (runs / name / "metrics.json").write_text(json.dumps(document))
+    lines = lines_of(gather(sorted(runs.iterdir())), "perplexity")
+    assert sorted(lines) == [
+        'free · data perplexity.txt#aaaaaaaa · window=256', 'free · data perplexity.txt#aaaaaaaa · window=64',
+        'plain · data README.md#bbbbbbbb · window=256',
+    ]
+
+
+def test_report_keeps_quantized_variants_apart(tmp_path):
+    """A `--quantize` sweep's rows at the same rate and mode are separate rows and lines, never averaged."""
+    run = tmp_path / "q"
+    run.mkdir()
     results = [
         {"mask_rate": r, "mode": "free", "quantize": q, "seed": 0, "metric": "perplexity", "value": v, "se": 0.1, "n": 8}
         for r, q, v in ((0.0, "none", 22.7), (0.0, "w4a4", 11076.0), (0.3, "none", 23.3), (0.3, "w4a4", 9670.0))
     ]
-    rows = rows_from_document("run", {"stage": "eval", "task": "perplexity", "results": results}, tmp_path)
+    (run / "metrics.json").write_text(json.dumps({"stage": "eval", "task": "perplexity", "results": results}))
+    rows = gather([run])
     by_key = {(r["mask_rate"], r["quantize"]): r for r in rows}
     assert len(rows) == 4 and by_key[(0.0, "w4a4")]["value"] == 11076.0 and by_key[(0.0, "none")]["value"] == 22.7
-    assert by_key[(0.3, "w4a4")]["mode"] == "free · w4a4" and by_key[(0.3, "none")]["mode"] == "free"
+    assert by_key[(0.3, "w4a4")]["line"] == "free · w4a4" and by_key[(0.3, "none")]["line"] == "free · no quantization"
 
 
-def test_report_labels_runs_by_their_remedies(tmp_path):
-    """A training run with GatedNorm and an eval of it are their own line, apart from a plain run at the same rate."""
-    from wemask_cli.commands.report import rows_from_document
-
-    trained = rows_from_document("gated", {"stage": "sft", "mode": "aware", "mask_rate": 0.0, "train_loss": 3.2,
-                                           "interventions": ["gated_norm"]}, tmp_path)
-    plain = rows_from_document("plain", {"stage": "sft", "mode": "aware", "mask_rate": 0.0, "train_loss": 3.3}, tmp_path)
-    evaluated = rows_from_document("eval", {
-        "stage": "eval", "task": "perplexity",
-        "results": [{"mask_rate": 0.0, "mode": "free", "metric": "perplexity", "value": 22.7, "quantize": "w4a4"}],
-        "provenance": {"model": {"interventions": [{"kind": "gated_norm"}, {"kind": "pre_affine"}]}},
-    }, tmp_path)
-    assert trained[0]["mode"] == "aware + gated_norm" and plain[0]["mode"] == "aware"
-    assert evaluated[0]["mode"] == "free + gated_norm + pre_affine · w4a4"
+def test_report_tables_fit_80_columns(monkeypatch, capsys, tmp_path):
+    """Long setting names and many metrics: every line of the tables fits 80 columns, no number is cut."""
+    runs = tmp_path / "runs"
+    write_training_run(runs / "full-same", stage="dpo", ref_mask="same", loss=0.612345)
+    write_training_run(runs / "lora-none-hh", stage="dpo", ref_mask="none", peft=True, dataset="data/hh-rlhf-helpful-base.jsonl", loss=0.4)
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = run_main(monkeypatch, capsys, "report", str(runs / "full-same"), str(runs / "lora-none-hh"), "--no-plot")
+    assert code == 0, err
+    assert max(len(line) for line in out.splitlines()) <= 80
+    for number in ("0.6123", "0.5123", "0.693"):  # train_loss, final_loss, first_step/loss: whole
+        assert number in out
+    assert "…" not in out

@@ -239,10 +239,7 @@ def test_output_dir_safety(tmp_path, capsys):
         (["--bogus-option", "1"], "unknown option(s) --bogus-option"),
         (["--mode", "sometimes"], "--mode 'sometimes' is not valid"),
         (["--mask-rate", "0.1,0.3", "--me-layer", "1"], "trains one mask rate at a time"),
-        (["--mask-rate", "0.3"], "--mask-rate needs --me-layer"),
         (["--load-in-4bit"], "cannot be fully fine-tuned: add --use-peft"),
-        pytest.param(["--load-in-8bit", "--use-peft"], "--load-in-8bit needs a CUDA GPU", marks=pytest.mark.skipif(
-            __import__("torch").cuda.is_available(), reason="a GPU is here")),
         (["--overwrite", "--resume"], "exclude each other"),
         (["--dataset", "DATA_BAD"], "line 2 is not valid JSON"),
         (["--dataset", "DATA_EMPTY"], "holds no rows"),

@@ -43,6 +43,15 @@ class MaskRequest:
         """The fields given, as WeMaskConfig keyword arguments (mask rate and ME layer apart)."""
         return {name: getattr(self, name) for name in OVERRIDABLE if getattr(self, name) is not None}
 
+    def effective_me_layer(self, saved: WeMaskConfig | None) -> int | str | None:
+        """--me-layer as given; 'auto' when a positive rate masks from the ME layer and neither the flag nor the
+        saved config names it (so `--mask-rate 0.3` alone locates the layer, once per model, cached)."""
+        if self.me_layer is not None or not self.rates or not any(rate > 0 for rate in self.rates):
+            return self.me_layer
+        base = saved or WeMaskConfig()
+        from_me_layer = (self.layers or base.layers) in ("from-me", "me-only")
+        return "auto" if from_me_layer and base.me_layer is None else None
+
     def configs(self, loaded: LoadedModel, mode: str | None = None) -> list[WeMaskConfig | None]:
         """One config per requested rate; without rates, the model's saved config (or no mask: [None]).
 
@@ -55,10 +64,9 @@ class MaskRequest:
             if overrides or self.me_layer is not None:
                 raise WeMaskError("WeMask flags were given without --mask-rate: add --mask-rate R (e.g. 0.3)")
             return [None]
-        if self.rates is not None:
-            require_me_layer(self.rates, self.me_layer, self.layers, saved)
-        if self.me_layer is not None:  # checked first: 'auto' runs a locate
-            overrides["me_layer"] = resolve_me_layer(self.me_layer, loaded)
+        me_layer = self.effective_me_layer(saved)
+        if me_layer is not None:  # checked first: 'auto' runs a locate
+            overrides["me_layer"] = resolve_me_layer(me_layer, loaded)
         if mode is not None:
             overrides["mode"] = mode
         if self.rates is None:
@@ -117,11 +125,3 @@ def resolve_me_layer(me_layer: int | str | None, loaded: LoadedModel) -> int | N
         )
     progress.say(f"ME layer (auto): {layer} (0-based)")
     return layer
-
-
-def require_me_layer(rates: list[float], me_layer, layers: str | None, saved: WeMaskConfig | None) -> None:
-    """A positive rate masking from the ME layer needs that layer: from --me-layer or the saved config."""
-    base = saved or WeMaskConfig()
-    from_me_layer = (layers or base.layers) in ("from-me", "me-only")
-    if from_me_layer and me_layer is None and base.me_layer is None and any(r > 0 for r in rates):
-        raise WeMaskError("--mask-rate needs --me-layer: give a 0-based layer index, or 'auto' to locate it")

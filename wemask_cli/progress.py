@@ -1,15 +1,20 @@
 """Status lines and progress for core modules, without rich or torch: the CLI installs a rich-backed reporter.
 
-Core code calls `status`, `say`, `warn` and `task`; by default they print plain lines on stderr (spinners and
-bars are no-ops), and on a distributed run only the main process speaks.
+Core code calls `status`, `say`, `warn` and `task`; by default they print plain lines on stderr (no spinner), a
+task prints a plain progress line at every 10% of its units (every unit when there are ten or fewer) with an
+ETA, so logs show progress too; on a distributed run only the main process speaks.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+
+STEPS = 10  # a line at every tenth of the work ...
+INTERVAL_S = 60.0  # ... and at least this often while units complete
 
 
 def is_main_process() -> bool:
@@ -17,8 +22,55 @@ def is_main_process() -> bool:
     return os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) == "0"
 
 
+def duration(seconds: float) -> str:
+    """'42 s', '3 min 5 s', '1 h 02 min'."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+class LineProgress:
+    """Counts done units and writes 'DESCRIPTION: 3/10 (30%), 12 s elapsed, ETA 28 s' at every tenth of
+    `total` (every unit when total <= 10), at the end, and at least every INTERVAL_S seconds."""
+
+    def __init__(self, description: str, total: int, write: Callable[[str], None], done: int = 0, clock=time.monotonic):
+        self.description, self.total, self.write, self.clock = description, max(int(total), 0), write, clock
+        self.start_done = self.done = done
+        self.started = self.last_line = clock()
+        self.last_step = self._step(done)
+
+    def _step(self, done: int) -> int:
+        return min(done, self.total) * STEPS // self.total if self.total else 0
+
+    def advance(self, n: int = 1, note: str = "") -> None:
+        self.update(self.done + n, note)
+
+    def update(self, done: int, note: str = "") -> None:
+        """Set the count of done units; print a line when a tenth is crossed, the work ends or INTERVAL_S passed."""
+        self.done = done
+        now, step = self.clock(), self._step(done)
+        due = step > self.last_step or (self.total and done >= self.total) or now - self.last_line >= INTERVAL_S
+        if not due or done == self.start_done or (self.total and self.last_step >= STEPS):
+            return
+        self.last_step, self.last_line = step, now
+        self.write(self.line(now, note))
+
+    def line(self, now: float, note: str = "") -> str:
+        elapsed = now - self.started
+        text = f"{self.description}: {self.done}/{self.total}"
+        if self.total:
+            text += f" ({100 * self.done // self.total}%)"
+        text += f", {duration(elapsed)} elapsed"
+        if self.total and self.done < self.total and self.done > self.start_done:
+            text += f", ETA {duration(elapsed / (self.done - self.start_done) * (self.total - self.done))}"
+        return text + (f"; {note}" if note else "")
+
+
 class PlainReporter:
-    """The default: messages as plain lines on stderr; no spinner, no bar."""
+    """The default: messages as plain lines on stderr; no spinner; tasks as progress lines (LineProgress)."""
 
     def status(self, message: str) -> AbstractContextManager:
         return nullcontext()
@@ -28,7 +80,8 @@ class PlainReporter:
 
     @contextmanager
     def task(self, description: str, total: int) -> Iterator[Callable[[int], None]]:
-        yield lambda n=1: None
+        counter = LineProgress(description, total, lambda text: self.line(f"wemask: {text}"))
+        yield counter.advance
 
 
 _reporter = PlainReporter()
@@ -58,7 +111,12 @@ def warn(message: str) -> None:
 
 
 def task(description: str, total: int) -> AbstractContextManager[Callable[[int], None]]:
-    """A progress bar of `total` units (in the CLI); yields advance(n)."""
+    """Progress over `total` units, yielding advance(n): a bar in a terminal, else progress lines with an ETA."""
     if not is_main_process():
-        return PlainReporter().task(description, total)
+        return nullcontext(lambda n=1: None)
     return _reporter.task(description, total)
+
+
+def lines(description: str, total: int, done: int = 0) -> LineProgress:
+    """A LineProgress that speaks through `say` (for callers that count outside a `with` block, e.g. training steps)."""
+    return LineProgress(description, total, say, done=done)

@@ -9,25 +9,44 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from typing import Annotated
 
 import typer
 
+from .. import ranks
 from ..errors import WeMaskError
+from . import env, infer, locate, report, train
 from . import eval as eval_command
-from . import infer, locate, report, train
 
+PAPERS = (
+    "WeMask and the ME (massive emergence) layer: arXiv:2605.08504. "
+    "Attention/residual sinks and their remedies (GatedNorm, PreAffine, gated attention): arXiv:2601.22966."
+)
 app = typer.Typer(
     help="WeMask: mask the massive-activation token's attention input, at inference or while fine-tuning with TRL.\n\n"
-    "Layer indices are 0-based everywhere (layer l is model.model.layers\\[l]).",
+    "Layer indices are 0-based everywhere (layer l is model.model.layers\\[l]).\n\n" + PAPERS,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},  # inherited by every command
 )
 
 
+def show_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        print(f"wemask {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def wemask() -> None:
+def wemask(
+    version: Annotated[
+        bool, typer.Option("--version", "-V", callback=show_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
     """WeMask for LLM inference and TRL fine-tuning."""
 
 
@@ -48,7 +67,7 @@ def interruptible(callback):
     return command
 
 
-for module in (infer, locate, train, eval_command, report):
+for module in (infer, locate, train, eval_command, report, env):
     module.register(app)
 for info in app.registered_commands:
     info.callback = interruptible(info.callback)
@@ -68,9 +87,20 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)  # libraries' deprecation notices, not the user's doing
 
 
+def did_you_mean(message: str) -> str:
+    """click's '(Possible options: --a, --b)' and 'Did you mean --a?' as one wording: '(did you mean --a or --b?)'."""
+    import re
+
+    match = re.search(r"\s*\(Possible options: ([^)]*)\)|\s*Did you mean ([^?]*)\?", message)
+    if not match:
+        return message
+    options = (match.group(1) or match.group(2)).replace(", ", " or ")
+    return f"{message[: match.start()]} (did you mean {options}?){message[match.end():]}"
+
+
 def usage_error(err: Exception) -> None:
     """A click usage error as one line naming the command's --help (nothing for a bare `wemask`)."""
-    message = " ".join(err.format_message().split())
+    message = did_you_mean(" ".join(err.format_message().split()))
     if message:  # empty for a bare `wemask`, whose help is already printed
         ctx = getattr(err, "ctx", None)  # None for a missing option value: then the command is argv's first word
         command = ctx.command_path if ctx else " ".join(["wemask", *[a for a in sys.argv[1:2] if not a.startswith("-")]])
@@ -87,7 +117,9 @@ def main() -> None:
         progress.set_reporter(RichReporter())
         code = app(prog_name="wemask", standalone_mode=False)  # usage errors come back here, not as a boxed usage text
     except WeMaskError as err:
-        print(f"wemask: error: {err}", file=sys.stderr)
+        line = ranks.error_line(str(err))  # under a launcher: once, by the main process, unless only this rank failed
+        if line:
+            print(line, file=sys.stderr)
         sys.exit(2)
     except (Interrupted, KeyboardInterrupt):
         print("wemask: interrupted", file=sys.stderr)
@@ -95,8 +127,13 @@ def main() -> None:
     except typer.Abort:
         sys.exit(130)
     except Exception as err:
+        if ranks.peer_lost(err):  # another process stopped first and printed why: no traceback
+            if ranks.rank() == 0:
+                print("wemask: error: stopped: another process of the run failed (its error is above)", file=sys.stderr)
+            sys.exit(2)
         if not hasattr(err, "format_message"):  # not a click usage error (Typer 0.29 vendors click as typer._click)
             raise
-        usage_error(err)
+        if ranks.rank() == 0:  # the same argv on every process: said once
+            usage_error(err)
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)  # an int is typer.Exit's code (--help: 0, Ctrl-C in training: 130)

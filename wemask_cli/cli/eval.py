@@ -7,7 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import DtypeOpt, LayersOpt, MeLayerOpt, ModelOpt, SelectOpt, StrengthOpt
+from ..ranks import main_only
+
+from .options import DtypeOpt, EngineOpt, LayersOpt, MeLayerOpt, ModelOpt, SelectOpt, StrengthOpt, TokensOpt
 
 Text = Optional[str]
 
@@ -29,7 +31,8 @@ def eval_(
     select: SelectOpt = None,
     layers: LayersOpt = None,
     strength: StrengthOpt = None,
-    quantize: Annotated[Text, typer.Option(help="Comma list of simulated quantizations swept like mask rates: none, w8a8, w4a8, w4a4, fp4.")] = None,
+    tokens: TokensOpt = None,
+    quantize: Annotated[Text, typer.Option(help="Comma list of simulated quantizations swept like mask rates: none, w8a8, w4a8, w4a4, fp4 (as arXiv:2601.22966 measures them).")] = None,
     fp4_block_size: Annotated[int, typer.Option(help="--quantize fp4: values per scale block (16 or 32).")] = 16,
     smoothquant: Annotated[Optional[float], typer.Option(help="--quantize: SmoothQuant α in [0, 1], calibrated on the task's first sequences.")] = None,
     seeds: Annotated[int, typer.Option(help="Seeds per setting (math/refusal: sampled at --temperature; perplexity/choice are deterministic: 1).")] = 1,
@@ -65,6 +68,7 @@ def eval_(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output directory (default runs/eval/TASK-TIME, never shared).")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an earlier wemask output in --output (never other files).")] = False,
     dtype: DtypeOpt = "auto",
+    engine: EngineOpt = "transformers",
 ):
     """Evaluate one model at several mask rates in one process: table, metrics.json, results.csv, examples.jsonl, curve.png.
 
@@ -76,12 +80,13 @@ def eval_(
     from ..eval.settings import EvalSettings, parse_batch_size
     from ..masking import MaskRequest
     from ..render.common import console, err_console
-    from ..render.eval import eval_curve_png, eval_table
+    from ..render.curve import eval_curve_png
+    from ..render.eval import eval_table
 
     request = EvalRequest(
-        model=model, mask=MaskRequest.parse(mask_rates, me_layer, select, layers, strength), output=output,
+        model=model, mask=MaskRequest.parse(mask_rates, me_layer, select, layers, strength, tokens), output=output,
         overwrite=overwrite, dtype=dtype, lm_eval_tasks=lm_eval_tasks, lm_eval_include=lm_eval_include, quantize=quantize,
-        fp4_block_size=fp4_block_size, smoothquant=smoothquant,
+        fp4_block_size=fp4_block_size, smoothquant=smoothquant, engine=engine,
         settings=EvalSettings(
             task=task, data=data, split=split, data_config=data_config, text_field=text_field, question_field=question_field,
             choices_field=choices_field, answer_field=answer_field, window=window, stride=stride, limit=limit,
@@ -96,4 +101,4 @@ def eval_(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("eval")(eval_)
+    app.command("eval")(main_only(eval_))  # under a launcher: rank 0 works, the others wait

@@ -7,7 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import DtypeOpt, LayersOpt, MaskRateOpt, MeLayerOpt, ModelOpt, ReplaceOpt, SelectOpt, StrengthOpt
+from ..ranks import main_only
+
+from .options import DtypeOpt, EngineOpt, LayersOpt, MaskRateOpt, MeLayerOpt, ModelOpt, ReplaceOpt, SelectOpt, StrengthOpt, TokensOpt
 
 
 def infer(
@@ -27,28 +29,27 @@ def infer(
     select: SelectOpt = None,
     layers: LayersOpt = None,
     strength: StrengthOpt = None,
+    tokens: TokensOpt = None,
     overwrite: ReplaceOpt = False,
+    engine: EngineOpt = "transformers",
 ):
     """Generate with and without WeMask; several --mask-rate values are shown side by side (one model load).
 
     Without --mask-rate, the wemask_config.json saved in the model directory is applied, else no mask.
     """
-    from ..commands.infer import GenerationSettings, read_prompts, run_infer, write_jsonl
+    from ..commands.infer import GenerationSettings, load_for_infer, read_prompts, run_infer, write_jsonl
     from ..masking import MaskRequest
     from ..outputs import check_output_file
     from ..render.common import console, err_console
     from ..render.infer import completions_table
 
-    request = MaskRequest.parse(mask_rate, me_layer, select, layers, strength)
+    request = MaskRequest.parse(mask_rate, me_layer, select, layers, strength, tokens)
     settings = GenerationSettings(max_new_tokens, temperature, top_p, seed, batch_size, chat_template)
     if output is not None:
-        check_output_file(output, overwrite=overwrite, flag="--output")
+        check_output_file(output, overwrite=overwrite, flag="--output", inputs=[("--input", input)])
     prompts = read_prompts(prompt, input)
-    from ..models import load_model  # torch: only once the flags and inputs are known to be good
-
-    with err_console.status("Loading model..."):
-        loaded = load_model(model, dtype=dtype)
-    configs = request.configs(loaded)
+    with err_console.status("Loading model..." if engine == "transformers" else f"Loading model in {engine}..."):
+        loaded, configs = load_for_infer(model, dtype, request, engine)  # torch: only once flags and inputs are good
     with err_console.status(f"Generating {len(prompts)} prompt(s) x {len(configs)} setting(s)..."):
         records = run_infer(loaded, prompts, configs, settings)
     console.print(completions_table(records))
@@ -58,4 +59,4 @@ def infer(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(infer)
+    app.command()(main_only(infer))  # under a launcher: rank 0 works, the others wait

@@ -7,6 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..ranks import main_only
+
 from ..errors import WeMaskError
 from .options import DtypeOpt, ModelOpt, ReplaceOpt
 
@@ -27,14 +29,14 @@ def locate(
 ):
     """Find the ME layer (0-based): where the first token's norm jumps by an order of magnitude, written by the FFN.
 
-    Prints per-layer statistics (SPEC section 2 metrics, attention sink, residual sinks) and a verdict.
+    Prints per-layer statistics (the ME-layer metrics of WeMask, arXiv:2605.08504; attention and residual sinks,
+    arXiv:2601.22966) and a verdict.
     """
-    from rich.progress import Progress
-
     from ..commands.locate import load_prompts, run_locate
     from ..masking import parse_mask_rates
     from ..models import load_model
     from ..outputs import atomic_write_json, check_output_file
+    from ..progress import task as progress_task
     from ..render.common import console, err_console
     from ..render.locate import locate_plot, locate_table, mask_rates_table
 
@@ -43,16 +45,12 @@ def locate(
         raise WeMaskError(f"--plot {plot}: the plot is a PNG, give a file name ending in .png")
     for path, flag in ((json_out, "--json"), (plot, "--plot")):
         if path is not None:
-            check_output_file(path, overwrite=overwrite, flag=flag)
+            check_output_file(path, overwrite=overwrite, flag=flag, inputs=[("--prompts", prompts), ("--dataset", dataset)])
     texts = load_prompts(prompts, dataset, text_field, num_prompts)
     with err_console.status("Loading model..."):
         loaded = load_model(model, dtype=dtype)
-    with Progress(console=err_console, transient=True, disable=not err_console.is_terminal) as progress:
-        task = progress.add_task("Measuring layers", total=len(texts) * (1 + len(rates)))
-        report = run_locate(
-            loaded, texts, max_length=max_length, batch_size=batch_size, mask_rates=rates,
-            progress=lambda done: progress.advance(task, done),
-        )  # fmt: skip
+    with progress_task("Measuring layers (prompts)", len(texts) * (1 + len(rates))) as advance:
+        report = run_locate(loaded, texts, max_length=max_length, batch_size=batch_size, mask_rates=rates, progress=advance)
     console.print(locate_table(report, console.width))
     if report["mask_rates"]:
         console.print(mask_rates_table(report))
@@ -66,4 +64,4 @@ def locate(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(locate)
+    app.command()(main_only(locate))  # under a launcher: rank 0 works, the others wait

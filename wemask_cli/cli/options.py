@@ -15,8 +15,16 @@ MaskRateOpt = Annotated[
     Optional[str],
     typer.Option("--mask-rate", "-r", help="Share r in [0, 1] of dims to mask; a comma list (0,0.3,1.0) runs each rate."),
 ]
-MeLayerOpt = Annotated[Optional[str], typer.Option("--me-layer", help="0-based ME layer, or 'auto' to locate it (cached per model).")]
+MeLayerOpt = Annotated[Optional[str], typer.Option("--me-layer", help="0-based ME layer, or 'auto' to locate it (cached per model; the default with a positive --mask-rate).")]
 SelectOpt = Annotated[Optional[str], typer.Option(help="weight (the method: top |RMSNorm weight|) | activation | random.")]
 LayersOpt = Annotated[Optional[str], typer.Option(help="from-me (default) | me-only | all | a:b (0-based, b exclusive).")]
 StrengthOpt = Annotated[Optional[float], typer.Option(help="Masking strength in [0, 1]: dims are multiplied by 1 - strength.")]
+TokensOpt = Annotated[
+    Optional[str],
+    typer.Option(help="first (default: the first real token of each sequence) | massive (also any prompt token whose norm is > 20x the median; transformers engine only)."),
+]
 ReplaceOpt = Annotated[bool, typer.Option("--overwrite", help="Replace output files that already exist.")]
+EngineOpt = Annotated[
+    str,
+    typer.Option(help="transformers (default: hooks, every feature) | vllm (the same mask in vLLM; needs `pip install wemask-cli[vllm]`)."),
+]

@@ -18,15 +18,21 @@ def report(
     no_plot: Annotated[bool, typer.Option("--no-plot", help="Skip the PNG.")] = False,
     overwrite: ReplaceOpt = False,
 ):
-    """Merge the metrics.json of any number of runs (eval, sft, dpo, grpo) into one table and one plot by mode and mask rate."""
+    """Merge the metrics.json of any number of runs (eval, sft, dpo, grpo) into tables and one plot by mask rate.
+
+    Runs are compared like with like: runs that differ in seed alone are averaged (± std across them); any other
+    difference (stage, mode, LoRA/full, --ref-mask, remedies, quantization, model, data, training arguments) is its
+    own line, named by what differs. A run without a mask is 'plain', the dashed baseline. A directory without
+    metrics.json is skipped with one line.
+    """
     from ..commands.report import gather, plan_report, write_rows
     from ..render.common import console, err_console
-    from ..render.report import report_png, report_table
+    from ..render.report import report_png, report_tables
 
     directories, plot = plan_report(dirs, json_out, csv_out, plot, no_plot, overwrite)
     rows = gather(directories)
-    for stage in dict.fromkeys(row["stage"] for row in rows):
-        console.print(report_table([row for row in rows if row["stage"] == stage], stage))
+    for table in report_tables(rows, console.width):
+        console.print(table)
     written = write_rows(rows, json_out, csv_out)
     if plot:
         written.append(report_png(rows, plot))

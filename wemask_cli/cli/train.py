@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import LayersOpt, MeLayerOpt, ModelOpt, SelectOpt, StrengthOpt
+from .options import LayersOpt, MeLayerOpt, ModelOpt, SelectOpt, StrengthOpt, TokensOpt
 
 STAGE_CLASSES = {"sft": "SFTStage", "dpo": "DPOStage", "grpo": "GRPOStage"}
 TRAIN_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -70,6 +70,7 @@ TRAIN_OPTIONS = {
     "select": SelectOpt,
     "layers": LayersOpt,
     "strength": StrengthOpt,
+    "tokens": TokensOpt,
     "use_peft": UsePeftOpt,
     "lora_r": LoraROpt,
     "lora_alpha": LoraAlphaOpt,
@@ -93,7 +94,7 @@ def intervention_flags() -> dict:
         default = "" if spec.default is None or spec.type is bool else f" (default {spec.default})"
         choices = f" [{' | '.join(spec.choices)}]" if spec.choices else ""
         names = (f"{spec.name}/--no-{spec.name[2:]}",) if spec.type is bool else (spec.name,)
-        option = typer.Option(*names, help=f"{spec.help}{choices}{default}.", rich_help_panel="Interventions (sink-paper remedies)")
+        option = typer.Option(*names, help=f"{spec.help}{choices}{default}.", rich_help_panel="Interventions (sink remedies, arXiv:2601.22966)")
         flags[spec.dest] = Annotated[Optional[spec.type], option]
     return flags
 
@@ -106,8 +107,11 @@ def training_command(app: typer.Typer, stage_name: str, doc: str, **stage_flags)
 
         from ..masking import MaskRequest
 
-        mask_flags = ("mask_rate", "me_layer", "select", "layers", "strength")
+        mask_flags = ("mask_rate", "me_layer", "select", "layers", "strength", "tokens")
         MaskRequest.parse(*(options[name] for name in mask_flags))  # a typo answers before torch is imported
+        from ..train.trl_flags import check_extra_args
+
+        check_extra_args(ctx.args, stage_name, [name for param in ctx.command.params for name in (*param.opts, *param.secondary_opts)])
         from ..train.options import TrainOptions
         from ..train.resolve import trl_help
         from ..train.run import run

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import WeMaskError
 from ..eval.settings import EvalSettings
-from ..outputs import check_writable, claim_output_dir
+from ..outputs import check_inputs_outside, check_writable, claim_output_dir
 from ..progress import say, status
 
 DEFAULT_ROOT = Path("runs") / "eval"
@@ -36,6 +36,7 @@ class EvalRequest:
     quantize: str | None = None  # e.g. "none,w8a8,w4a4,fp4"
     fp4_block_size: int = 16
     smoothquant: float | None = None
+    engine: str = "transformers"  # or "vllm" (wemask_cli.engines.vllm)
 
 
 def make_task(request: EvalRequest):
@@ -104,6 +105,7 @@ def run_eval(request: EvalRequest, plot: Callable[[dict, Path], Path] | None = N
 
     started = time.time()
     task = make_task(request)
+    check_engine(request, task)
     if request.quantize is not None:
         from ..eval.quantize import parse_schemes
 
@@ -111,18 +113,24 @@ def run_eval(request: EvalRequest, plot: Callable[[dict, Path], Path] | None = N
     elif request.smoothquant is not None:
         raise WeMaskError("--smoothquant migrates activation scale before quantizing: add --quantize (e.g. none,w4a4)")
     output = Path(request.output).expanduser() if request.output else default_output(task.settings.task or "lm-eval")
-    with claim_output_dir(output, overwrite=request.overwrite, kind="eval", flag="--output"):
+    if request.overwrite:
+        inputs = [("--model", request.model), ("--data", task.settings.data), ("--lm-eval-include", request.lm_eval_include)]
+        check_inputs_outside(output, inputs, flag="--output")
+    with claim_output_dir(output, overwrite=request.overwrite, kind="eval", flag="--output") as claim:
         data = task.load()
         sweep, loaded = evaluate(request, task, data)
+        claim.clear()  # --overwrite: the previous output goes only after the data and the model were read
         lm_eval = task.name == "lm-eval"
         prov = provenance(loaded, data.provenance(), started, lm_eval=lm_eval)
         document = metrics_document(task=task.settings.task or task.name, primary=task.primary, unit=task.unit,
                                     n_examples=len(data), sweep=sweep, settings=task.settings, prov=prov)
+        document["engine"] = request.engine
         if lm_eval:
             document["lm_eval"] = {"tasks": task.names, "include": task.include}
         written = write_outputs(document, sweep.records, output)
         if plot is not None:
             written.append(plot(document, output))
+        claim.record(*(path.relative_to(output) for path in written))
     return document, output, written
 
 
@@ -132,10 +140,17 @@ def evaluate(request: EvalRequest, task, data):
     from ..eval.scoring import auto_batch_size, max_positions, pad_id_of
     from ..eval.sweep import run_sweep, wemask_axis
 
-    with status("Loading model..."):
-        loaded = models.load_model(request.model, dtype=request.dtype)
+    if request.engine == "vllm":
+        from ..engines.vllm.engine import load_vllm
+
+        with status("Loading model in vLLM..."):
+            loaded, configs = load_vllm(request.model, request.dtype, request.mask)
+    else:
+        with status("Loading model..."):
+            loaded = models.load_model(request.model, dtype=request.dtype)
+        configs = request.mask.configs(loaded)
     prepared = task.prepare(loaded.tokenizer, data, max_positions(loaded.model))
-    axes = [wemask_axis(request.mask.configs(loaded))] + quantize_axes(request, prepared)
+    axes = [wemask_axis(configs)] + quantize_axes(request, prepared)
     settings = task.settings
     batch_size = settings.batch_size
     if batch_size == "auto" and task.name != "lm-eval":
@@ -150,7 +165,24 @@ def evaluate(request: EvalRequest, task, data):
     reader = f", read as {data.reader}" if data.reader and task.name != "lm-eval" else ""
     say(f"{task.name} on {data.where}{reader}: {len(data)} {unit}, {variants} setting(s) x {settings.seeds} seed(s); "
         f"seeds vary {settings.seed_note()}")
-    return run_sweep(loaded, axes, task, prepared, settings, batch_size), loaded
+    sweep = run_sweep(loaded, axes, task, prepared, settings, batch_size)
+    for row in sweep.results:
+        row["engine"] = request.engine
+    return sweep, loaded
+
+
+def check_engine(request: EvalRequest, task) -> None:
+    """--engine: a known engine, and what the vLLM engine cannot run, in one line before anything loads."""
+    from ..engines import ENGINES
+
+    if request.engine not in ENGINES:
+        raise WeMaskError(f"--engine {request.engine!r} is unknown: use one of {', '.join(ENGINES)}")
+    if request.engine == "transformers":
+        return
+    if task.name == "lm-eval":
+        raise WeMaskError("--lm-eval-tasks runs through the transformers model: use --engine transformers")
+    if request.quantize is not None:
+        raise WeMaskError("--quantize simulates quantization on the transformers model's weights: use --engine transformers")
 
 
 def _with_batch(settings: EvalSettings, batch_size: int) -> EvalSettings:

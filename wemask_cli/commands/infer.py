@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..data import read_text
+from ..data import is_conversation, read_text
+from ..data.readers import text_lines
+from ..engines import ENGINES, engine_of
 from ..errors import WeMaskError
 from ..method.config import WeMaskConfig
 from ..outputs import atomic_write_text, dumps_strict
@@ -41,7 +44,7 @@ def read_prompts(prompts: list[str] | None, input_file: Path | None) -> list[str
         return list(prompts)
     if input_file is None:
         raise WeMaskError("no prompt given: use --prompt TEXT (repeatable) or --input FILE (.jsonl or text lines)")
-    lines = [line for line in read_text(input_file, "--input").splitlines() if line.strip()]
+    lines = [line for line in text_lines(read_text(input_file, "--input")) if line.strip()]
     if not lines:
         raise WeMaskError(f"--input {input_file} is empty: give one prompt per line or jsonl rows with 'prompt' or 'messages'")
     if not str(input_file).endswith((".jsonl", ".json")):
@@ -55,8 +58,22 @@ def read_prompts(prompts: list[str] | None, input_file: Path | None) -> list[str
         if not isinstance(row, dict) or not ({"prompt", "messages"} & row.keys()):
             found = sorted(row) if isinstance(row, dict) else type(row).__name__
             raise WeMaskError(f"{input_file} line {number} has no 'prompt' or 'messages' (found {found})")
-        rows.append(row["messages"] if "messages" in row else row["prompt"])
+        rows.append(prompt_of(row, f"{input_file} line {number}"))
     return rows
+
+
+def prompt_of(row: dict, where: str) -> str | list[dict]:
+    """A row's prompt: 'messages', a non-empty list of {'role', 'content'} messages with text content, else
+    'prompt', a string; anything else is one line naming the row (read before the model loads)."""
+    if "messages" in row:
+        messages = row["messages"]
+        if not is_conversation(messages) or not all(isinstance(m.get("content"), str) and isinstance(m["role"], str) for m in messages):
+            raise WeMaskError(f"{where}: 'messages' must be a non-empty list of {{'role': ..., 'content': ...}} objects with text values, not {json.dumps(messages)[:80]}")
+        return messages
+    prompt = row["prompt"]
+    if not isinstance(prompt, str):
+        raise WeMaskError(f"{where}: 'prompt' must be a string, not {json.dumps(prompt)[:80]}")
+    return prompt
 
 
 def generate(model, tokenizer, prompts: list, settings: GenerationSettings) -> tuple[list[str], list[int]]:
@@ -69,6 +86,10 @@ def generate(model, tokenizer, prompts: list, settings: GenerationSettings) -> t
     if limit is not None and limit < 1:
         raise WeMaskError(f"--max-new-tokens {settings.max_new_tokens} leaves no room for a prompt in the model's {positions} positions")
     encoded, cuts = encode_left_truncated(tokenizer, prompts, settings.chat_template, limit)
+    if engine_of(model) != "transformers":  # an engine (vLLM) batches and seeds by itself
+        new_ids = model.generate_ids(encoded, max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
+                                     top_p=settings.top_p, seed=settings.seed)
+        return tokenizer.batch_decode(new_ids, skip_special_tokens=True), cuts
     tokenizer.padding_side = "left"
     device = next(model.parameters()).device
     completions = []
@@ -94,17 +115,11 @@ def generate(model, tokenizer, prompts: list, settings: GenerationSettings) -> t
 
 def run_infer(loaded, prompts: list, configs: list[WeMaskConfig | None], settings: GenerationSettings) -> list[dict]:
     """Generate once per config (None: no mask) with one loaded model; one record per prompt and config."""
-    from ..method.mask import apply_wemask
-
     records, cuts = [], []
+    engine = engine_of(loaded.model)
     for config in configs:
-        handle = apply_wemask(loaded.model, config) if config is not None else None
-        try:
+        with masked(loaded.model, config) as resolved:
             completions, cuts = generate(loaded.model, loaded.tokenizer, prompts, settings)
-        finally:
-            if handle is not None:
-                handle.remove()
-        resolved = handle.config if handle is not None else None
         for prompt, completion, cut in zip(prompts, completions, cuts):
             records.append(
                 {
@@ -113,12 +128,46 @@ def run_infer(loaded, prompts: list, configs: list[WeMaskConfig | None], setting
                     "mask_rate": resolved.mask_rate if resolved else 0.0,
                     "wemask": resolved.to_dict() if resolved else None,
                     "truncated": cut > 0,
+                    "engine": engine,
                 }
             )
     limit = context_length(loaded.model)
     if limit is not None:
         warn_truncated(cuts, limit - settings.max_new_tokens, f"the model's {limit} positions minus --max-new-tokens {settings.max_new_tokens}")
     return records
+
+
+@contextmanager
+def masked(model, config: WeMaskConfig | None):
+    """Install `config` (None: no mask) for a block; yields the resolved config (dims recorded), or None."""
+    if engine_of(model) != "transformers":
+        with model.use_mask(config) as resolved:
+            yield resolved
+        return
+    if config is None:
+        yield None
+        return
+    from ..method.mask import apply_wemask
+
+    handle = apply_wemask(model, config)
+    try:
+        yield handle.config
+    finally:
+        handle.remove()
+
+
+def load_for_infer(model: str | None, dtype: str, request, engine: str = "transformers"):
+    """(LoadedModel, the WeMask configs to run) on the chosen engine; vLLM checks what it cannot run first."""
+    if engine not in ENGINES:
+        raise WeMaskError(f"--engine {engine!r} is unknown: use one of {', '.join(ENGINES)}")
+    if engine == "vllm":
+        from ..engines.vllm.engine import load_vllm
+
+        return load_vllm(model, dtype, request)
+    from ..models import load_model
+
+    loaded = load_model(model, dtype=dtype)
+    return loaded, request.configs(loaded)
 
 
 def write_jsonl(records: list[dict], path: Path) -> Path:

@@ -1,16 +1,15 @@
 """`wemask report DIR...`: gather the metrics.json of any number of runs into one table, one plot, JSON/CSV.
 
 Each DIR contributes its own metrics.json and those of its immediate sub-directories (so an eval output
-written inside a training run is found too). Two layouts are read:
+written inside a training run is found too); a DIR without any is skipped with one line. Two layouts are read:
 - eval (wemask_cli/eval): a `results` list of {mask_rate, mode, quantize, seed, metric, value, se, n}; seeds are
-  averaged (mean, std across seeds); a quantized variant is its own row and line (mode 'free · w4a4'), and so is
-  a run with remedies (mode 'aware + gated_norm', from `interventions` or the eval's provenance). Metric
-  names become `<task>/<metric>`, e.g. `choice/accuracy`
-  (`perplexity` stays `perplexity`).
-- any other run (sft, dpo, grpo, ...): a flat object with `stage`, `mode`, `mask_rate` and numeric metrics,
-  top level or under `metrics` (one level of nested dicts is flattened as `parent/key`); bookkeeping numbers
-  (seed, steps, epoch, throughput, ...) are not metrics.
-Rows are long: {run, stage, task, mode, quantize, mask_rate, metric, value, std, se, seeds, n}.
+  averaged (mean, std across seeds). Metric names become `<task>/<metric>` (`perplexity` stays `perplexity`).
+- a training run (sft, dpo, grpo): a flat object with `stage`, `mode`, `mask_rate` and numeric metrics, top level
+  or under `metrics` (one level of nested dicts is flattened as `parent/key`); bookkeeping numbers (seed, steps,
+  epoch, throughput, ...) are not metrics. Its wemask_run.json adds the settings metrics.json lacks.
+Runs are compared like with like (report_settings.py): a run without a mask is `plain`; runs whose settings
+agree differ in seed alone and are averaged; any other difference names its own `line`.
+Rows are long: one per run, mask rate and metric, with the columns in COLUMNS.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from pathlib import Path
 from ..errors import WeMaskError
 from ..outputs import atomic_write_json, atomic_write_text, check_output_file
 from ..progress import say
+from .report_settings import PLAIN, RUN_RECORD, eval_settings, line_names, read_run_record, training_settings
 
 METRICS_FILE = "metrics.json"
 NOT_METRICS = {
@@ -32,7 +32,8 @@ NOT_METRICS = {
     "n_examples", "mean_step_time_s", "train_samples_per_second", "train_steps_per_second", "reward_weights",
     "dropped_examples",
 }
-COLUMNS = ["run", "stage", "task", "mode", "quantize", "mask_rate", "metric", "value", "std", "se", "seeds", "n"]
+SETTING_COLUMNS = ["mode", "quantize", "model", "data", "eval_data", "peft", "ref_mask", "remedies"]
+COLUMNS = ["run", "stage", "task", "line", *SETTING_COLUMNS, "seed", "mask_rate", "metric", "value", "std", "se", "seeds", "n"]
 
 
 def find_metrics(directory: Path) -> list[Path]:
@@ -40,13 +41,7 @@ def find_metrics(directory: Path) -> list[Path]:
     if not directory.exists():
         raise WeMaskError(f"{directory}: no such directory")
     found = [directory / METRICS_FILE] if (directory / METRICS_FILE).is_file() else []
-    found += sorted(p for p in directory.glob(f"*/{METRICS_FILE}") if p.is_file())
-    if not found:
-        raise WeMaskError(
-            f"{directory} has no {METRICS_FILE} (nor its sub-directories): give run directories written by "
-            "`wemask eval --output DIR` or a training command"
-        )
-    return found
+    return found + sorted(p for p in directory.glob(f"*/{METRICS_FILE}") if p.is_file())
 
 
 def read_document(path: Path) -> dict:
@@ -63,72 +58,59 @@ def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def variant_label(mode: str, quantize: str, remedies: list | None = None) -> str:
-    """The mode as tables and plot lines show it: remedies and quantization make their own line
-    ('aware + gated_norm', 'free · w4a4')."""
-    label = " + ".join([mode, *(remedies or [])])
-    return label if quantize == "none" else f"{label} · {quantize}"
-
-
-def remedy_kinds(document: dict) -> list[str]:
-    """The remedies a run trained with (training metrics) or an eval ran with (re-applied from the model)."""
-    if isinstance(document.get("interventions"), list):
-        return [str(kind) for kind in document["interventions"]]
-    applied = ((document.get("provenance") or {}).get("model") or {}).get("interventions") or []
-    return [str(entry.get("kind")) for entry in applied if isinstance(entry, dict) and entry.get("kind") != "wemask"]
-
-
-def rows_from_document(run: str, document: dict, path: Path) -> list[dict]:
-    """Long rows for one metrics.json (see the module doc for the two layouts)."""
-    stage = document.get("stage") or "?"
-    task = document.get("task") or ""
-    remedies = remedy_kinds(document)
+def result_rows(document: dict, path: Path) -> list[tuple[dict, dict]]:
+    """(settings, row) pairs of one metrics.json (see the module doc for the two layouts); rows lack `run` and `line`."""
     if isinstance(document.get("results"), list):
-        groups: dict[tuple, list[dict]] = {}
-        for result in document["results"]:
-            if not isinstance(result, dict) or not is_number(result.get("value")) or "metric" not in result:
-                continue
-            rate = result.get("mask_rate", document.get("mask_rate"))
-            mode = result.get("mode", document.get("mode")) or "none"
-            groups.setdefault((rate, mode, result.get("quantize") or "none", result["metric"]), []).append(result)
-        rows = []
-        for (rate, mode, quantize, metric), results in groups.items():
-            values = [r["value"] for r in results]
-            ses = [r["se"] for r in results if is_number(r.get("se"))]
-            rows.append(
-                {"run": run, "stage": stage, "task": task, "mode": variant_label(mode, quantize, remedies), "quantize": quantize,
-                 "mask_rate": rate, "metric": f"{task}/{metric}" if task and metric != task and "/" not in metric else metric,
-                 "value": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-                 "se": statistics.fmean(ses) if ses else None, "seeds": len(values), "n": results[0].get("n")}
-            )
-        if not rows:
-            raise WeMaskError(f"{path}: its 'results' hold no numeric metric values")
-        return rows
+        return eval_rows(document, path)
     missing = [key for key in ("stage", "mask_rate") if key not in document]
     if missing:
         raise WeMaskError(f"{path} has no {' or '.join(repr(k) for k in missing)}: it is not a wemask metrics file")
+    metrics = flat_metrics(document)
+    if not metrics:
+        raise WeMaskError(f"{path} holds no numeric metrics")
+    settings = training_settings(document, read_run_record(path))
+    rate = document.get("mask_rate")
+    base = {"mask_rate": rate if is_number(rate) else None, "seed": document.get("seed"), "std": 0.0, "se": None, "seeds": 1, "n": None}
+    return [(settings, {**base, "metric": metric, "value": value}) for metric, value in metrics.items()]
+
+
+def eval_rows(document: dict, path: Path) -> list[tuple[dict, dict]]:
+    """An eval's results: seeds averaged per (rate, mode, quantization, metric); a run that never masks is plain."""
+    task = document.get("task") or ""
+    groups: dict[tuple, list[dict]] = {}
+    results = [r for r in document["results"] if isinstance(r, dict) and is_number(r.get("value")) and "metric" in r]
+    masked = any(is_number(r.get("mask_rate", document.get("mask_rate"))) and r.get("mask_rate", document.get("mask_rate")) > 0 for r in results)
+    for result in results:
+        rate = result.get("mask_rate", document.get("mask_rate"))
+        mode = (result.get("mode", document.get("mode")) or "none") if masked else PLAIN
+        groups.setdefault((rate, mode, result.get("quantize") or "none", result["metric"]), []).append(result)
+    if not groups:
+        raise WeMaskError(f"{path}: its 'results' hold no numeric metric values")
+    pairs = []
+    for (rate, mode, quantize, metric), found in groups.items():
+        values = [r["value"] for r in found]
+        ses = [r["se"] for r in found if is_number(r.get("se"))]
+        name = f"{task}/{metric}" if task and metric != task and "/" not in metric else metric
+        row = {"mask_rate": rate, "seed": None, "metric": name, "value": statistics.fmean(values),
+               "std": statistics.stdev(values) if len(values) > 1 else 0.0, "se": statistics.fmean(ses) if ses else None,
+               "seeds": len(values), "n": found[0].get("n")}  # fmt: skip
+        pairs.append((eval_settings(document, mode, quantize), row))
+    return pairs
+
+
+def flat_metrics(document: dict) -> dict[str, float]:
+    """A training run's numeric metrics: top level and under `metrics`, one level of nesting as `parent/key`."""
     metrics: dict[str, float] = {}
-    sources = [("", document)] + ([("", document["metrics"])] if isinstance(document.get("metrics"), dict) else [])
-    for prefix, source in sources:
+    sources = [document] + ([document["metrics"]] if isinstance(document.get("metrics"), dict) else [])
+    for source in sources:
         for key, value in source.items():
             if key in NOT_METRICS or key == "metrics":
                 continue
             if is_number(value):
-                metrics[prefix + key] = float(value)
+                metrics[key] = float(value)
             elif isinstance(value, dict) and source is document:
-                for sub, subvalue in value.items():
-                    if is_number(subvalue):
-                        metrics[f"{key}/{sub}"] = float(subvalue)
-    if not metrics:
-        raise WeMaskError(f"{path} holds no numeric metrics")
-    rate = document.get("mask_rate")
-    return [
-        {"run": run, "stage": stage, "task": task, "mode": variant_label(document.get("mode") or "none", "none", remedies),
-         "quantize": "none",
-         "mask_rate": rate if is_number(rate) else None, "metric": metric, "value": value, "std": 0.0, "se": None,
-         "seeds": 1, "n": None}
-        for metric, value in metrics.items()
-    ]
+                metrics.update({f"{key}/{sub}": float(v) for sub, v in value.items() if is_number(v)})
+    return metrics
 
 
 def run_label(path: Path, root: Path) -> str:
@@ -137,13 +119,46 @@ def run_label(path: Path, root: Path) -> str:
 
 
 def gather(directories: list[Path]) -> list[dict]:
+    """The long rows of every metrics.json under these directories, each named by its run and its line (the
+    settings that differ from the other runs'). A directory without metrics.json is skipped with one line."""
     if not directories:
         raise WeMaskError("no run directory given: wemask report DIR [DIR...]")
-    rows = []
+    pairs = []
     for directory in directories:
-        for path in find_metrics(Path(directory)):
-            rows.extend(rows_from_document(run_label(path, Path(directory)), read_document(path), path))
-    return rows
+        found = find_metrics(Path(directory))
+        if not found:
+            say(f"skipping {directory}: no {METRICS_FILE} in it or its sub-directories")
+        for path in found:
+            run = run_label(path, Path(directory))
+            pairs += [(settings, {"run": run, **row}) for settings, row in result_rows(read_document(path), path)]
+    if not pairs:
+        raise WeMaskError(
+            f"no {METRICS_FILE} in {', '.join(str(d) for d in directories)}: give run directories written by "
+            "`wemask eval --output DIR` or a training command"
+        )
+    names = line_names([settings for settings, _ in pairs])
+    return [
+        {**{k: settings[k] for k in SETTING_COLUMNS}, **row, "line": name, "stage": settings["stage"], "task": settings["task"]}
+        for (settings, row), name in zip(pairs, names)
+    ]
+
+
+def points(rows: list[dict]) -> list[dict]:
+    """Rows of one setting (stage, task, line), mask rate and metric merged: the mean over runs, which differ in
+    seed alone, with `std` across them (a single run keeps its own std across seeds) and `runs` listing them."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["stage"], row["task"], row["line"], row["mask_rate"], row["metric"]), []).append(row)
+    merged = []
+    for found in groups.values():
+        values = [r["value"] for r in found]
+        several = len(found) > 1
+        merged.append({
+            **found[0], "value": statistics.fmean(values), "std": statistics.stdev(values) if several else found[0]["std"],
+            "se": None if several else found[0]["se"], "runs": [r["run"] for r in found],
+            "spread": "runs" if several else ("seeds" if found[0]["seeds"] > 1 else None),
+        })  # fmt: skip
+    return merged
 
 
 def write_rows(rows: list[dict], json_out: Path | None, csv_out: Path | None) -> list[Path]:
@@ -153,7 +168,7 @@ def write_rows(rows: list[dict], json_out: Path | None, csv_out: Path | None) ->
         written.append(atomic_write_json(json_out, rows))
     if csv_out:
         text = io.StringIO()
-        writer = csv.DictWriter(text, fieldnames=COLUMNS, lineterminator="\n")
+        writer = csv.DictWriter(text, fieldnames=COLUMNS, lineterminator="\n", extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
         written.append(atomic_write_text(csv_out, text.getvalue()))
@@ -166,6 +181,12 @@ def default_plot_path(directories: list[Path]) -> Path:
 
     parents = [str(Path(d).resolve().parent) for d in directories]
     return Path(os.path.commonpath(parents)) / "report.png"
+
+
+def report_inputs(directories: list[Path]) -> list[tuple[str, Path]]:
+    """The files the report reads: each run's metrics.json and the run record beside it."""
+    found = [m for d in directories for m in (*Path(d).glob(METRICS_FILE), *Path(d).glob(f"*/{METRICS_FILE}"))]
+    return [("a run's file", path) for m in found for path in (m, m.parent / RUN_RECORD)]
 
 
 def plan_report(
@@ -182,5 +203,5 @@ def plan_report(
     plot = None if no_plot or not directories else plot or default_plot_path(directories)
     for path, flag in ((json_out, "--json"), (csv_out, "--csv"), (plot, "--plot")):
         if path is not None:
-            check_output_file(path, overwrite=overwrite, flag=flag)
+            check_output_file(path, overwrite=overwrite, flag=flag, inputs=report_inputs(directories))
     return directories, plot

@@ -5,6 +5,7 @@
 - columns.py   dotted paths into nested records, --dataset-columns
 - formats.py   the layouts each stage accepts, per-row checks
 - verl.py      verl's RL layout, recognised without flags
+- chat_layouts.py  Alpaca and ShareGPT (LLaMA-Factory, axolotl), recognised without flags
 - training.py  load_training_data (the stages' entry point), report_dropped
 """
 

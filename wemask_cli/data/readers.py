@@ -69,6 +69,12 @@ def read_text_file(path, what: str = "--data") -> tuple[str, str]:
     return text, "text (UTF-8 with BOM)" if bom else "text (UTF-8)"
 
 
+def text_lines(text: str) -> list[str]:
+    """The lines of a text or JSON-lines file, split at "\n" only (a trailing "\r" dropped): str.splitlines() also
+    splits at U+2028, U+0085 and other separators that valid JSON strings may hold raw."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
 def read_json_rows(path: Path, what: str) -> tuple[str, list[tuple[int, dict]]]:
     """Rows of a .jsonl file (or a .json list) with their line (item) numbers, each checked to be an object."""
     text = read_text(path, what)
@@ -82,7 +88,7 @@ def read_json_rows(path: Path, what: str) -> tuple[str, list[tuple[int, dict]]]:
                 raise WeMaskError(f"{path} item {index} is a JSON {type(row).__name__}, not an object with named fields")
         return "item", list(enumerate(data, 1))
     rows = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text_lines(text), 1):
         if not line.strip():
             continue
         try:
@@ -190,6 +196,10 @@ def load_local(path: Path, split: str | None, where: str, config: str | None = N
 def load_hub(name: str, split: str | None, config: str | None, where: str):
     """A hub dataset (network or a filled HF cache); failures become one line."""
     from datasets import load_dataset
+
+    from ..hub import before_hub_fetch
+
+    before_hub_fetch(f"{where} {name!r}")
 
     try:
         return load_dataset(name, config, split=split or "train")

@@ -1,4 +1,4 @@
-"""Training data for a stage: open the source, map columns (dotted paths too), adapt verl, detect, check, report."""
+"""Training data for a stage: open the source, map columns (dotted paths too), adapt known layouts, detect, check."""
 
 from __future__ import annotations
 
@@ -9,8 +9,12 @@ from ..progress import warn
 from .columns import apply_column_map, parse_column_map
 from .formats import check_rows, detect_format
 from .readers import load_hub, load_local, looks_local
+from .chat_layouts import adapt_alpaca, adapt_sharegpt
 from .verl import adapt_verl
 
+# Layouts recognised without flags, tried in order; each returns (dataset, format) or None. A new layout is one
+# adapter here.
+LAYOUT_ADAPTERS = (adapt_verl, adapt_alpaca, adapt_sharegpt)
 SOURCES = ".jsonl/.json/.parquet/.csv file, a folder of them (or a save_to_disk folder), or a hub dataset name"
 
 
@@ -45,7 +49,7 @@ def load_training_data(
     """(dataset, format) for `stage`: columns mapped, verl adapted, format detected, rows checked, never empty."""
     dataset, labels, where = open_dataset(spec, split=split, config=config, what=what)
     dataset = apply_column_map(dataset, parse_column_map(columns), where)
-    adapted = adapt_verl(stage, dataset, labels, where)
+    adapted = next(filter(None, (adapt(stage, dataset, labels, where) for adapt in LAYOUT_ADAPTERS)), None)
     dataset, fmt = adapted or (dataset, detect_format(stage, dataset.column_names, where))
     dataset = check_rows(dataset, fmt, labels, where)
     if not fmt.keep_other_columns:

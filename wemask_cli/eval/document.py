@@ -45,7 +45,7 @@ def provenance(loaded, data_info: dict, started: float, lm_eval: bool = False) -
     tokenizer, config = loaded.tokenizer, getattr(loaded.model, "config", None)
     template = getattr(tokenizer, "chat_template", None)
     return {
-        "versions": versions(lm_eval),
+        "versions": {**versions(lm_eval), **getattr(loaded.model, "engine_versions", {})},  # an engine adds its own
         "model": {"path": loaded.source, "revision": getattr(config, "_commit_hash", None),
                   "dtype": str(getattr(loaded.model, "dtype", "")).removeprefix("torch.") or None,
                   "interventions": [c.to_dict() for c in loaded.installed.configs] if loaded.installed else []},
@@ -89,6 +89,7 @@ def write_outputs(document: dict, records: list[dict], output: Path) -> list[Pat
     extra = [a for a in document.get("axes", []) if a not in RESULT_COLUMNS]
     columns = RESULT_COLUMNS[:3] + extra + RESULT_COLUMNS[3:]
     columns += sorted({k for r in document["results"] for k in r if k.startswith("delta_") and k not in columns})
+    columns += ["engine"] if any("engine" in r for r in document["results"]) else []
     handle = io.StringIO()
     writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
     writer.writeheader()

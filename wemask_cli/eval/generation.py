@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..engines import engine_of
 from ..prompts import left_truncate, render_prompt, warn_truncated
 from .scoring import model_device, pad_id_of
 from .tasks.base import TRUNCATED_NOTE
@@ -29,7 +30,12 @@ def encode_prompts(tokenizer, prompts: list, chat: bool, max_positions: int | No
 @torch.no_grad()
 def generate(model, tokenizer, encoded: list[list[int]], *, max_new_tokens: int, temperature: float, top_p: float,
              seed: int, batch_size: int, advance: Callable[[int], None]) -> list[str]:
-    """Completions (special tokens dropped) for left-padded batches; batch k samples with seed `seed * 100003 + k`."""
+    """Completions (special tokens dropped) for left-padded batches; batch k samples with seed `seed * 100003 + k`.
+    An engine such as vLLM generates all prompts at once (greedy: the same tokens; sampled: its own seeding)."""
+    if engine_of(model) != "transformers":
+        new_ids = model.generate_ids(encoded, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
+        advance(len(encoded))
+        return tokenizer.batch_decode(new_ids, skip_special_tokens=True)
     device, pad = model_device(model), pad_id_of(tokenizer)
     sampling = temperature > 0
     completions = []

@@ -74,6 +74,7 @@ class LmEvalTask(Task):
             raise WeMaskError(f"--lm-eval-include {self.include}: no such folder")
         logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its notes on YAML defaults are not the user's concern
         self.manager = self.task_manager()
+        self.fetch_datasets()
         self.primary = f"{self.names[0]}/?"
         where = f"lm-eval tasks {','.join(self.names)}" + (f" (include {self.include})" if self.include else "")
         return EvalData(self.name, where, rows=[{"task": n} for n in self.names], path=self.include, reader="lm-eval")
@@ -94,6 +95,22 @@ class LmEvalTask(Task):
             where = f" or in --lm-eval-include {self.include}" if self.include else "; local YAML tasks need --lm-eval-include DIR"
             raise WeMaskError(f"--lm-eval-tasks: {unknown[0]!r} is not an lm-eval task{hint}{where}")
         return manager
+
+    def fetch_datasets(self) -> None:
+        """Build the tasks once now, so a dataset that cannot be fetched is one line before the model loads (the
+        sweep builds them again from the datasets cache)."""
+        from ..hub import before_hub_fetch
+
+        before_hub_fetch(f"--lm-eval-tasks {','.join(self.names)}")
+        try:
+            self.manager.load(self.names)
+        except OSError as err:  # datasets' ConnectionError and DatasetNotFoundError (a FileNotFoundError) among them
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise WeMaskError(
+                f"--lm-eval-tasks {','.join(self.names)}: its data could not be loaded ({reason}); lm-eval tasks fetch "
+                "their datasets from the hub: run once with network access to fill the HF cache, or use a local YAML "
+                "task with --lm-eval-include DIR"
+            ) from None
 
     @staticmethod
     def known(manager, name: str) -> bool:

@@ -5,10 +5,12 @@ All scores are float32 log-probabilities computed on the model's device and retu
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 
+from ..engines import engine_of
 from ..errors import WeMaskError
 
 AUTO_BATCH_START = 64
@@ -47,7 +49,10 @@ def pad_right(sequences: list[list[int]], pad_id: int, device) -> tuple[torch.Te
 
 @torch.no_grad()
 def token_logprobs(model, sequences: list[list[int]], pad_id: int) -> list[torch.Tensor]:
-    """For each sequence, log p(token t | tokens < t) for t = 1..len-1 (float32, on the CPU); one right-padded forward."""
+    """For each sequence, log p(token t | tokens < t) for t = 1..len-1 (float32, on the CPU); one right-padded forward
+    (an engine such as vLLM scores them with its own prompt log-probabilities)."""
+    if engine_of(model) != "transformers":
+        return model.token_logprobs(sequences)
     ids, mask = pad_right(sequences, pad_id, model_device(model))
     logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
     out = []
@@ -55,6 +60,17 @@ def token_logprobs(model, sequences: list[list[int]], pad_id: int) -> list[torch
         logp = torch.log_softmax(logits[row, : len(seq) - 1].float(), dim=-1)
         out.append(logp.gather(-1, ids[row, 1 : len(seq)].unsqueeze(-1)).squeeze(-1).cpu())
     return out
+
+
+def require_finite_scores(scores: list[float], unit: str) -> None:
+    """Refuse log-likelihoods holding NaN or infinity (a model whose weights or activations overflow): no metric
+    is reported from them, and the row is not counted as correct or wrong."""
+    if not all(math.isfinite(score) for score in scores):
+        shown = ", ".join(f"{score:g}" for score in scores[:6])
+        raise WeMaskError(
+            f"{unit}: the model's log-likelihood is not finite ({shown}): its weights or activations overflow, so no "
+            "metric can be computed; check the model (another checkpoint, or --dtype float32)"
+        )
 
 
 # ------------------------------------------------------------------------------------------- rolling windows
@@ -118,8 +134,11 @@ def score_options(model, groups: list[tuple[list[int], list[list[int]]]], pad_id
 
     Work is shared: each context is read once (batched with contexts of similar length, left-padded), only its
     last logits are kept, and its key/value cache is copied to each of its options; one-token options need no
-    further forward, longer ones continue from the cache in one batch. Equal to scoring context + option whole.
+    further forward, longer ones continue from the cache in one batch. Equal to scoring context + option whole,
+    which is what an engine such as vLLM does (its prefix cache shares the context).
     """
+    if engine_of(model) != "transformers":
+        return _score_options_whole(model, groups, batch_size, advance)
     order = sorted(range(len(groups)), key=lambda i: -len(groups[i][0]))
     out: list[list[float]] = [[] for _ in groups]
     for start in range(0, len(order), batch_size):
@@ -129,6 +148,22 @@ def score_options(model, groups: list[tuple[list[int], list[list[int]]]], pad_id
         if advance:
             advance(sum(len(groups[i][1]) for i in chosen))
     return out
+
+
+def _score_options_whole(model, groups, batch_size: int, advance: Callable[[int], None] | None) -> list[list[float]]:
+    """score_options on an engine: each context + option scored as one sequence."""
+    pairs = [(context + option, len(option)) for context, options in groups for option in options]
+    sums = []
+    for start in range(0, len(pairs), batch_size):
+        batch = pairs[start : start + batch_size]
+        sums.extend(float(logp[-length:].sum()) for (_, length), logp in zip(batch, token_logprobs(model, [s for s, _ in batch], 0)))
+        if advance:
+            advance(len(batch))
+    result, at = [], 0
+    for _, options in groups:
+        result.append(sums[at : at + len(options)])
+        at += len(options)
+    return result
 
 
 def _score_group_batch(model, groups, pad_id: int) -> list[list[float]]:
@@ -181,6 +216,8 @@ def _out_of_memory(err: BaseException) -> bool:
 def auto_batch_size(model, length: int, limit: int, pad_id: int) -> int:
     """`--batch-size auto`: the largest batch (from min(64, limit), halving) whose forward of `length` tokens fits."""
     size = max(1, min(AUTO_BATCH_START, limit))
+    if engine_of(model) != "transformers":
+        return size  # an engine schedules its own batches
     device = model_device(model)
     while True:
         try:

@@ -27,8 +27,9 @@ class Metric:
 
 
 def mean_se(values: list[float]) -> float | None:
-    """Standard error of the mean with the sample variance (n - 1); None for fewer than two values."""
-    if len(values) < 2:
+    """Standard error of the mean with the sample variance (n - 1); None for fewer than two values or when one
+    is not finite (statistics.stdev fails on NaN mixed with infinity)."""
+    if len(values) < 2 or not all(math.isfinite(v) for v in values):
         return None
     return statistics.stdev(values) / math.sqrt(len(values))
 
@@ -67,6 +68,13 @@ def _mean_or_none(values: list) -> float | None:
     return statistics.fmean(present) if present and len(present) == len(values) else None
 
 
+def _std_over_seeds(values: list) -> float | None:
+    """The std of a metric over seeds: 0 for one seed, None when a value is missing or not finite."""
+    if len(values) < 2:
+        return 0.0
+    return statistics.stdev(values) if all(v is not None and math.isfinite(v) for v in values) else None
+
+
 def summarize(results: list[dict], labels: list[str]) -> list[dict]:
     """One row per (variant labels, metric): mean over seeds, their std (0 for one seed), mean se, the deltas."""
     groups: dict[tuple, list[dict]] = {}
@@ -76,7 +84,7 @@ def summarize(results: list[dict], labels: list[str]) -> list[dict]:
     for key, rows in groups.items():
         values = [r["value"] for r in rows]
         entry = {**dict(zip(labels, key[:-1])), "metric": key[-1], "mean": _mean_or_none(values),
-                 "std": statistics.stdev(values) if len(values) > 1 else 0.0, "se": _mean_or_none([r["se"] for r in rows]),
+                 "std": _std_over_seeds(values), "se": _mean_or_none([r["se"] for r in rows]),
                  "seeds": len(rows), "n": rows[0]["n"]}
         for delta_key in sorted({k for r in rows for k in r if k.startswith("delta") and not k.endswith("_se")}):
             deltas = [r.get(delta_key) for r in rows]
@@ -84,6 +92,6 @@ def summarize(results: list[dict], labels: list[str]) -> list[dict]:
                 continue
             entry[delta_key] = statistics.fmean(deltas)
             # one seed: the paired standard error; several: the std of the difference across seeds
-            entry[f"{delta_key}_se"] = statistics.stdev(deltas) if len(deltas) > 1 else rows[0].get(f"{delta_key}_se")
+            entry[f"{delta_key}_se"] = _std_over_seeds(deltas) if len(deltas) > 1 else rows[0].get(f"{delta_key}_se")
         summary.append(entry)
     return summary

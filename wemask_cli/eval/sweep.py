@@ -71,8 +71,13 @@ def wemask_setting(config) -> Setting:
 
     @contextmanager
     def apply(model):
+        from ..engines import engine_of
         from ..interventions.wemask import WeMask
 
+        if engine_of(model) != "transformers":  # an engine installs the same mask its own way (engines/)
+            with model.use_mask(config) as resolved:
+                yield resolved.to_dict()
+            return
         with WeMask(config).install(model) as installed:  # removes exactly the hooks it installed
             yield installed.config.config.to_dict()  # the resolved config, with the dims chosen per layer
 

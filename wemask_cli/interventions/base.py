@@ -84,6 +84,9 @@ class Intervention:
         """Whether installing it changes the model at all (WeMask at r=0 does not)."""
         return True
 
+    def check_fits(self, hidden_size: int) -> None:
+        """Refuse settings a model of this hidden size rules out (a rank above it); called once its config is read."""
+
     def install(self, model, *, active: Active | None = None) -> "Installed":
         """Install on `model` (a transformers causal LM, PEFT-wrapped or not) and return what was installed."""
         raise NotImplementedError

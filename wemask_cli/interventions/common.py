@@ -50,6 +50,14 @@ def check_rank(rank, kind: str) -> None:
         raise InterventionConfigError(f"{kind} rank={rank!r} is not valid: use a whole number >= 1")
 
 
+def check_rank_fits(rank: int, hidden_size: int, kind: str, flag: str) -> None:
+    """A low-rank gate's rank is at most the model's hidden size (a larger one adds parameters, not rank)."""
+    if rank > hidden_size:
+        raise InterventionConfigError(
+            f"{kind} rank {rank} ({flag}) is larger than the model's hidden size {hidden_size}: use at most {hidden_size}"
+        )
+
+
 def off(value) -> bool:
     """Whether an option value means "not given" (None, False, or a string like 'none', 'off', 'false')."""
     if isinstance(value, str):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..errors import WeMaskError
 from .base import Active, FlagSpec, Installed, Intervention
-from .common import as_int, check_layers, check_rank, extras_without_main, layer_indices, off
+from .common import as_int, check_layers, check_rank, check_rank_fits, extras_without_main, layer_indices, off
 from .registry import register
 
 
@@ -32,6 +32,9 @@ class GatedAttention(Intervention):
     def __post_init__(self) -> None:
         check_rank(self.rank, self.kind)
         check_layers(self.layers, self.kind)
+
+    def check_fits(self, hidden_size: int) -> None:
+        check_rank_fits(self.rank, hidden_size, self.kind, "--gated-attention-rank")
 
     @classmethod
     def from_options(cls, options: dict) -> "GatedAttention | None":
@@ -60,6 +63,7 @@ class GatedAttention(Intervention):
                 if width is None:
                     raise WeMaskError(f"layer {l}'s attention has no o_proj with in_features: gated attention needs one")
                 weight = parts[l].attn_norm.weight
+                self.check_fits(weight.shape[-1])
                 seed = self.seed * 1_000_003 + l
                 gate = LowRankGate(weight.shape[-1], width, self.rank, swish=False, seed=seed, device=weight.device, dtype=weight.dtype)
                 installed.add_module(str(l), parts[l].layer, "wemask_gated_attention", gate)

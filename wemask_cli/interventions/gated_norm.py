@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .base import Active, FlagSpec, Installed, Intervention
-from .common import as_int, check_layers, check_rank, check_sites, extras_without_main, norm_sites, off
+from .common import as_int, check_layers, check_rank, check_rank_fits, check_sites, extras_without_main, norm_sites, off
 from .registry import register
 
 
@@ -36,6 +36,9 @@ class GatedNorm(Intervention):
         check_rank(self.rank, self.kind)
         check_layers(self.layers, self.kind)
 
+    def check_fits(self, hidden_size: int) -> None:
+        check_rank_fits(self.rank, hidden_size, self.kind, "--gated-norm-rank")
+
     @classmethod
     def from_options(cls, options: dict) -> "GatedNorm | None":
         if off(options.get("gated_norm")):
@@ -60,6 +63,7 @@ class GatedNorm(Intervention):
             for l, parts, site, norm in norm_sites(model, self.layers, self.norms, self.kind):
                 weight = norm.weight
                 d = weight.shape[-1]
+                self.check_fits(d)
                 seed = self.seed * 1_000_003 + 2 * l + (site == "ffn")
                 gate = LowRankGate(d, d, self.rank, swish=True, seed=seed, device=weight.device, dtype=weight.dtype)
                 installed.add_module(f"{l}.{site}", parts.layer, f"wemask_gated_norm_{site}", gate)

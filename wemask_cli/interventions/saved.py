@@ -126,15 +126,20 @@ def _read_record(path: Path) -> dict:
 
 
 def _read_weights(path: Path) -> dict:
+    """The weights file's tensors; missing, unreadable or holding NaN/infinity: one line."""
     if not path.is_file():
         raise InterventionConfigError(f"{path} is missing: the run's intervention weights cannot be restored")
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    from ..finite import require_finite
+
     try:
-        return load_file(str(path))
+        weights = load_file(str(path))
     except (SafetensorError, OSError) as err:
         raise InterventionConfigError(f"{path} cannot be read ({err}): the run's intervention weights are damaged") from None
+    require_finite(weights, str(path), InterventionConfigError)
+    return weights
 
 
 def load_saved(directory: str | Path) -> SavedRun | None:

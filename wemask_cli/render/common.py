@@ -9,6 +9,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress
 
+from ..progress import LineProgress
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -27,7 +29,11 @@ class RichReporter:
 
     @contextmanager
     def task(self, description: str, total: int) -> Iterator[Callable[[int], None]]:
-        with Progress(console=err_console, transient=True, disable=not err_console.is_terminal) as progress:
+        """A transient bar in a terminal; in a log, plain progress lines with an ETA (wemask_cli.progress)."""
+        if not err_console.is_terminal:
+            yield LineProgress(description, total, lambda text: self.line(f"wemask: {text}")).advance
+            return
+        with Progress(console=err_console, transient=True) as progress:
             task_id = progress.add_task(description, total=total)
             yield lambda n=1: progress.advance(task_id, n)
 
@@ -89,3 +95,52 @@ def format_metric(metric: str, value) -> str:
 
 def is_percent(metric: str) -> bool:
     return format_metric(metric, 0.5).endswith("%")
+
+
+def table_width(table, fold: int = 24) -> int:
+    """The columns `table` needs with each text column folded at `fold` characters at most (shorter ones whole)
+    and each no-wrap (number) column whole: cells, padding and borders."""
+    from rich.cells import cell_len
+
+    total = 1
+    for column in table.columns:
+        texts = [str(column.header), *(str(cell) for cell in column.cells)]
+        longest = max(cell_len(line) for text in texts for line in text.splitlines() or [""])
+        total += (longest if column.no_wrap else min(longest, fold)) + 3
+    return total
+
+
+def fitting(builders: list[Callable[[], object]], width: int):
+    """The first table of `builders` that fits `width` columns with its text folded no narrower than table_width's
+    `fold` and no number cut (the last one otherwise: tables rich then folds to fit)."""
+    for build in builders[:-1]:
+        table = build()
+        if table_width(table, width) <= width:
+            return table
+    return builders[-1]()
+
+
+def use_log_axis(metric: str, values: list[float]) -> bool:
+    """A log y-axis for positive values (not percentages) spanning more than 10x, e.g. perplexities."""
+    positive = [v for v in values if v == v]
+    return bool(positive) and not is_percent(metric) and min(positive) > 0 and max(positive) > 10 * min(positive)
+
+
+def log_y_axis(ax) -> None:
+    """A log y-axis with plain numbers on its ticks (20, 50, 100, 200, ...), also within one decade."""
+    from matplotlib import ticker
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
+
+
+def readable_ylim(ax, values: list[float], errors: list[float]) -> None:
+    """A y-range around the data and its error bars of at least 10% of the values' size (a single point is not a
+    lone dot on a ±0.04 axis)."""
+    low = min(v - e for v, e in zip(values, errors))
+    high = max(v + e for v, e in zip(values, errors))
+    size = max(abs(v) for v in values) or 1.0
+    span = max(high - low, 0.1 * size)
+    middle = (low + high) / 2
+    ax.set_ylim(middle - 0.6 * span, middle + 0.6 * span)

@@ -7,6 +7,7 @@ from pathlib import Path
 from rich import box
 from rich.table import Table
 
+from ..model_names import model_label
 from .common import compact, num, save_figure
 
 LOCATE_COLUMNS = (  # (header, formatter, shown on narrow terminals)
@@ -26,23 +27,35 @@ LOCATE_COLUMNS = (  # (header, formatter, shown on narrow terminals)
 )
 
 
-def locate_table(report: dict, width: int = 200) -> Table:
+def locate_table(report: dict, width: int = 200):
     """`wemask locate`: one row per layer (0-based), the ME layer highlighted, earlier rises in yellow.
 
-    Below 110 columns of terminal, ΔFrac, ΔC and max|h| are left out (they stay in --json and --plot).
+    Below 110 columns of terminal the table is split in two: ΔFrac, ΔC↓ and max|h| follow in a second table.
     """
+    from rich.console import Group
+
     me = report["me_layer"]
     rises = {r["layer"] for r in report["earlier_rises"]}
-    columns = [c for c in LOCATE_COLUMNS if c[2] or width >= 110]
-    table = Table(
-        title=f"{report['model_type']}: per-layer statistics (layers 0-based; medians over {len(report['prompts'])} prompts)",
-        caption="‖h₀‖, ‖hₜ‖: first / other tokens' output norm; ratio = ‖h₀‖/‖hₜ‖; step: ‖h₀‖ over the previous layer's; "
-        "share: FFN branch / ‖h₀‖; FFN×: branch magnification, first vs others; ΔFrac, ΔKL at the pre-FFN norm; "
-        "ΔC↓ after down (up, gate: --json/--plot); cos: first token across prompts; sink: attention on the first token; "
-        "max|h| at token:dim (token 0 = first real token)",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
+    wide = width >= 110
+    main = [c for c in LOCATE_COLUMNS if c[2] or wide]
+    title = f"{report['model_type']}: per-layer statistics (layers 0-based; medians over {len(report['prompts'])} prompts)"
+    tables = [_layer_table(report, main, title, CAPTION, me, rises)]
+    if not wide:
+        rest = [LOCATE_COLUMNS[0], *(c for c in LOCATE_COLUMNS if not c[2])]
+        tables.append(_layer_table(report, rest, "per-layer statistics, continued", None, me, rises))
+    return tables[0] if wide else Group(*tables)
+
+
+CAPTION = (
+    "‖h₀‖, ‖hₜ‖: first / other tokens' output norm; ratio = ‖h₀‖/‖hₜ‖; step: ‖h₀‖ over the previous layer's; "
+    "share: FFN branch / ‖h₀‖; FFN×: branch magnification, first vs others; ΔFrac, ΔKL at the pre-FFN norm; "
+    "ΔC↓ after down (up, gate: --json/--plot); cos: first token across prompts; sink: attention on the first token; "
+    "max|h| at token:dim (token 0 = first real token)"
+)
+
+
+def _layer_table(report: dict, columns: list, title: str, caption: str | None, me, rises: set) -> Table:
+    table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, pad_edge=False)
     for name, _, _ in columns:
         table.add_column(name, justify="right", no_wrap=True)
     for r in report["layers"]:
@@ -67,7 +80,12 @@ def mask_rates_table(report: dict) -> Table:
 
 
 def locate_plot(report: dict, path: str | Path) -> Path:
-    """A PNG: first vs other token norm (log) with the ME layer marked, and panels for the section-2 metrics."""
+    """locate_figure as a PNG."""
+    return save_figure(locate_figure(report), path)
+
+
+def locate_figure(report: dict):
+    """First vs other token norm (log) with the ME layer marked, and panels for the ME-layer metrics."""
     from matplotlib.figure import Figure
 
     layers = [r["layer"] for r in report["layers"]]
@@ -76,9 +94,9 @@ def locate_plot(report: dict, path: str | Path) -> Path:
         return [float("nan") if r[key] is None else r[key] for r in report["layers"]]
 
     me = report["me_layer"]
-    fig = Figure(figsize=(14, 10), layout="constrained")
+    fig = Figure(figsize=(17, 10), layout="constrained")
     axes = fig.subplots(3, 2, sharex=True).flatten()
-    title = f"{Path(report['model']).name} ({report['model_type']}): "
+    title = f"{model_label(report['model'])} ({report['model_type']}): "
     title += "no ME layer found" if me is None else f"ME layer {me} (0-based), {report['agreement']} prompts agree"
     fig.suptitle(title, fontsize=14)
     panels = [
@@ -112,11 +130,11 @@ def locate_plot(report: dict, path: str | Path) -> Path:
             ax.axvline(rise["layer"], color="orange", linestyle=":", alpha=0.8, label=label)
         if me is not None:
             ax.axvline(me, color="red", linewidth=1.5, alpha=0.7, label=f"ME layer {me}" if ax is axes[0] else None)
-    for ax in (axes[0], axes[1], axes[3], axes[4]):
-        ax.legend(fontsize=8)
-    axes[2].legend(handles=axes[2].get_legend_handles_labels()[0] + kl.get_legend_handles_labels()[0], fontsize=8, loc="upper center")
-    axes[5].set_ylim(-0.02, 1.45)  # room for the legend above the curves
-    axes[5].legend(fontsize=8, loc="upper center", ncol=2)
+    outside = dict(fontsize=8, loc="upper left", borderaxespad=0)  # right of each panel, never over its curves
+    for ax in (axes[0], axes[1], axes[3], axes[4], axes[5]):
+        ax.legend(bbox_to_anchor=(1.02, 1), **outside)
+    handles = axes[2].get_legend_handles_labels()[0] + kl.get_legend_handles_labels()[0]
+    kl.legend(handles=handles, bbox_to_anchor=(1.14, 1), **outside)  # beyond the ΔKL axis and its label
     for ax in axes[4:]:
         ax.set_xlabel("layer (0-based)")
-    return save_figure(fig, path)
+    return fig

@@ -1,51 +1,73 @@
-"""`wemask report`: one table per stage and the PNG by mode and mask rate."""
+"""`wemask report`: one table per stage and task, and a PNG with a panel per metric, a line per setting."""
 
 from __future__ import annotations
 
+import math
+import os
 from pathlib import Path
 
 from rich.table import Table
 
-from .common import format_metric, is_percent, pyplot, save_figure
+from .common import fitting, format_metric, is_percent, log_y_axis, pyplot, readable_ylim, save_figure, use_log_axis
+
+LABELS = ("setting", "r", "runs")
 
 
-def report_table(rows: list[dict], stage: str) -> Table:
-    """One stage's runs: a row per run and mask rate with a column per metric, or, when there are more metrics
-    than fit side by side, a row per metric (value ± std across seeds when there are several)."""
-    metrics = list(dict.fromkeys(row["metric"] for row in rows))
-    wide = len(metrics) <= 4
-    table = Table(title=f"wemask report: {stage}, {len({r['run'] for r in rows})} run(s)")
-    for name in ("run", "mode", "mask rate") + (tuple(metrics) if wide else ("metric", "value")):
-        table.add_column(name, justify="left" if name in ("run", "mode", "metric") else "right", overflow="fold")
+def report_tables(rows: list[dict], width: int) -> list[Table]:
+    """One table per stage (and eval task), each fitting `width` columns (see `report_table`)."""
+    from ..commands.report import points
+
+    tables = []
+    for stage, task in dict.fromkeys((row["stage"], row["task"]) for row in rows):
+        merged = points([row for row in rows if (row["stage"], row["task"]) == (stage, task)])
+        tables.append(report_table(merged, f"{stage}: {task}" if task else stage, width))
+    return tables
+
+
+def report_table(merged: list[dict], what: str, width: int) -> Table:
+    """A row per setting and mask rate with a column per metric, or, when that is wider than `width`, a row per
+    metric; values are means over the runs at that point (± std across runs or seeds when there are several)."""
+    runs = {run for row in merged for run in row["runs"]}
+    title = f"wemask report: {what}, {len(runs)} run(s); ± is the std across runs (or seeds) at that point"
+    metrics = list(dict.fromkeys(row["metric"] for row in merged))
+    return fitting([lambda: _table(merged, title, metrics, True), lambda: _table(merged, title, metrics, False)], width)
+
+
+def _table(merged: list[dict], title: str, metrics: list[str], wide: bool) -> Table:
+    table = Table(title=title)
+    for name in LABELS + (tuple(metrics) if wide else ("metric", "value")):
+        numeric = name not in ("setting", "runs", "metric")
+        table.add_column(name, justify="right" if numeric else "left", overflow="fold", no_wrap=numeric and name != "r")
     groups: dict[tuple, dict] = {}
-    for row in rows:
-        groups.setdefault((row["run"], row["mode"], row["mask_rate"]), {})[row["metric"]] = row
-    order = sorted(groups, key=lambda k: (k[1], -1 if k[2] is None else k[2], k[0]))
-    short = _short_names([key[0] for key in order])
-
-    def cell(row: dict | None) -> str:
-        if row is None:
-            return ""
-        text = format_metric(row["metric"], row["value"])
-        if row.get("seeds", 1) > 1:
-            text += f" ± {format_metric(row['metric'], row['std']).rstrip('%')} ({row['seeds']} seeds)"
-        return text
-
+    for row in merged:
+        groups.setdefault((row["line"], row["mask_rate"]), {})[row["metric"]] = row
+    order = sorted(groups, key=lambda k: (not k[0].startswith("plain"), k[0], -1 if k[1] is None else k[1]))
+    short = short_names([run for key in order for row in groups[key].values() for run in row["runs"]])
     for key in order:
-        labels = (short[key[0]], key[1], "-" if key[2] is None else f"{key[2]:g}")
+        first = next(iter(groups[key].values()))
+        labels = (key[0], "-" if key[1] is None else f"{key[1]:g}", ", ".join(short[run] for run in first["runs"]))
         if wide:
             table.add_row(*labels, *(cell(groups[key].get(metric)) for metric in metrics))
-        else:
-            for metric, row in groups[key].items():
-                table.add_row(*labels, metric, cell(row))
-                labels = ("", "", "")
+            continue
+        for metric, row in groups[key].items():
+            table.add_row(*labels, metric, cell(row))
+            labels = ("", "", "")
     return table
 
 
-def _short_names(runs: list[str]) -> dict[str, str]:
-    """Run paths relative to the folder that holds them all ('runs/r0.3' -> 'r0.3')."""
-    import os
+def cell(row: dict | None) -> str:
+    """'2.31', '2.31 ± 0.04' (several runs or seeds)."""
+    if row is None:
+        return ""
+    text = format_metric(row["metric"], row["value"])
+    if row.get("spread"):
+        std = row["std"] * (100 if is_percent(row["metric"]) else 1)
+        text += f" ± {std:.2g}"
+    return text
 
+
+def short_names(runs: list[str]) -> dict[str, str]:
+    """Run paths relative to the folder that holds them all ('runs/r0.3' -> 'r0.3')."""
     parents = [os.path.dirname(os.path.abspath(r)) for r in runs]
     try:
         root = os.path.commonpath(parents) if parents else ""
@@ -55,45 +77,62 @@ def _short_names(runs: list[str]) -> dict[str, str]:
 
 
 def report_png(rows: list[dict], path: str | Path) -> Path:
-    """One panel per metric: value against mask rate, one line per (stage, mode); runs at one point averaged."""
-    import math
-    import statistics
+    """report_figure as a PNG."""
+    return save_figure(report_figure(rows), path)
+
+
+def report_figure(rows: list[dict]):
+    """A panel per stage and metric: value against mask rate, a line per setting (mean over runs that differ in
+    seed alone, error bars the std across them); a plain run (no mask) is a dashed baseline across the rates."""
+    from ..commands.report import points
 
     plt = pyplot()
-    metrics = [m for m in dict.fromkeys(r["metric"] for r in rows) if any(r["mask_rate"] is not None for r in rows if r["metric"] == m)]
-    if not metrics:
-        metrics = ["(no metric with a mask rate)"]
-    cols = min(3, len(metrics))
-    nrows = math.ceil(len(metrics) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.6 * nrows), squeeze=False)
-    for ax, metric in zip(axes.flat, metrics):
-        scale = 100.0 if is_percent(metric) else 1.0
-        points = [r for r in rows if r["metric"] == metric and r["mask_rate"] is not None]
-        groups = list(dict.fromkeys((r["stage"], r["mode"]) for r in points))
-        for index, (stage, mode) in enumerate(groups):
-            by_rate: dict[float, list[dict]] = {}
-            for r in points:
-                if (r["stage"], r["mode"]) == (stage, mode):
-                    by_rate.setdefault(r["mask_rate"], []).append(r)
-            x = sorted(by_rate)
-            y, err = [], []
-            for rate in x:
-                group = by_rate[rate]
-                values = [scale * r["value"] for r in group]
-                y.append(statistics.fmean(values))
-                err.append(statistics.stdev(values) if len(values) > 1 else scale * (group[0].get("std") or 0.0))
-            dodge = (index - (len(groups) - 1) / 2) * 0.008  # overlapping error bars stay apart
-            bars = ax.errorbar([v + dodge for v in x], y, yerr=err if any(err) else None, marker="o", capsize=4,
-                               label=f"{stage} · {mode}" + (" (r=0 baseline)" if mode == "none" and x == [0.0] else ""))
-            if mode == "none" and x == [0.0]:  # an unmasked run: a reference line across the rates
-                ax.axhline(y[0], color=bars[0].get_color(), linestyle="--", linewidth=1, alpha=0.7)
-        ax.set_title(metric + (" (%)" if scale == 100 else ""), fontsize=10)
-        ax.set_xlabel("mask rate r")
-        ax.set_xlim(-0.05, 1.05)  # the whole range of r, also for a single run
-        ax.grid(alpha=0.3)
-        if points:
-            ax.legend(fontsize=8)
-    for ax in list(axes.flat)[len(metrics):]:
+    merged = [row for row in points(rows) if row["mask_rate"] is not None]
+    panels = list(dict.fromkeys((row["stage"], row["task"], row["metric"]) for row in merged)) or [("", "", "")]
+    cols = min(3, len(panels))
+    fig, axes = plt.subplots(math.ceil(len(panels) / cols), cols, figsize=(5.2 * cols, 3.9 * math.ceil(len(panels) / cols) + 1),
+                             squeeze=False, layout="constrained")  # fmt: skip
+    colors = {line: f"C{i % 10}" for i, line in enumerate(dict.fromkeys(row["line"] for row in merged))}
+    for ax, panel in zip(axes.flat, panels):
+        draw_panel(ax, [row for row in merged if (row["stage"], row["task"], row["metric"]) == panel], panel, colors)
+    for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
-    fig.suptitle("wemask report (error bars: std across runs or seeds at the same point)", fontsize=10)
-    return save_figure(fig, path)
+    handles = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    if handles:
+        fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=1 if len(handles) > 3 else len(handles), fontsize=8)
+    fig.suptitle("wemask report: mean over runs that differ only in seed; error bars: std across them", fontsize=11)
+    return fig
+
+
+def draw_panel(ax, rows: list[dict], panel: tuple, colors: dict) -> None:
+    """One metric of one stage: masked settings as lines with error bars, plain ones as dashed baselines."""
+    stage, task, metric = panel
+    scale = 100.0 if metric and is_percent(metric) else 1.0
+    values, errors = [], []
+    lines = list(dict.fromkeys(row["line"] for row in rows))
+    for index, line in enumerate(lines):
+        mine = sorted((row for row in rows if row["line"] == line), key=lambda row: row["mask_rate"])
+        x, y = [row["mask_rate"] for row in mine], [scale * row["value"] for row in mine]
+        err = [scale * (row["std"] if row.get("spread") else 0.0) for row in mine]
+        values += y
+        errors += err
+        label = f"{stage}{f' {task}' if task else ''} · {line}"
+        if line.split(" · ")[0] == "plain" and len(mine) == 1:
+            ax.axhline(y[0], color=colors[line], linestyle="--", linewidth=1.2, label=f"{label} (no mask)")
+            if err[0]:
+                ax.axhspan(y[0] - err[0], y[0] + err[0], color=colors[line], alpha=0.12)
+            continue
+        dodge = (index - (len(lines) - 1) / 2) * 0.01  # error bars at one rate stay apart
+        ax.errorbar([v + dodge for v in x], y, yerr=err if any(err) else None, marker="o", markersize=6 if len(x) == 1 else 4, capsize=4,
+                    color=colors[line], label=label)  # fmt: skip
+    if use_log_axis(metric, values):
+        log_y_axis(ax)
+    elif values:
+        readable_ylim(ax, values, errors)
+    ax.set_title(f"{stage}{f' {task}' if task else ''}: {metric}{' (%)' if scale == 100 else ''}", fontsize=10)
+    ax.set_xlabel("mask rate r")
+    ax.set_xlim(-0.05, 1.05)  # the whole range of r, also for a single run
+    ax.grid(alpha=0.3)

@@ -1,4 +1,5 @@
-"""Trainer callbacks of a wemask run: records in every checkpoint, a stop on divergence, a clean stop on Ctrl-C.
+"""Trainer callbacks of a wemask run: records in every checkpoint, a stop on divergence, a clean stop on Ctrl-C,
+no extra step when resuming a run that had finished training.
 
 Imported only when a run starts (it imports transformers).
 """
@@ -21,21 +22,22 @@ def checkpoint_dir(args, state) -> Path:
 
 
 class CheckpointRecordCallback(TrainerCallback):
-    """Lists each checkpoint in the output folder's manifest as it starts, and writes the run's records into it
-    once TRL has saved (main process): WeMask config first, run record last (the completion mark)."""
+    """Writes the run's records into each checkpoint once TRL has saved it (main process): WeMask config first, run
+    record last (the completion mark); the files the save wrote are then listed in the output folder's manifest,
+    by their names inside the run folder (whatever the current directory)."""
 
     def __init__(self, record, claim):
         self.record, self.claim = record, claim
 
     def on_step_end(self, args, state, control, **kwargs):
         if control.should_save and state.is_world_process_zero:
-            self.claim.record(checkpoint_dir(args, state))  # a save killed midway is still known as wemask's
+            self.claim.begin(creating=checkpoint_dir(args, state).name)
         return control
 
     def on_save(self, args, state, control, model=None, **kwargs):
         if state.is_world_process_zero:
-            self.claim.record(checkpoint_dir(args, state))
             self.record.write(checkpoint_dir(args, state), model)
+            self.claim.end()  # the checkpoint, and the model card TRL writes next to it
         return control
 
 
@@ -97,6 +99,22 @@ class StopOnNonFinite(TrainerCallback):
     def _stop(self, step: int, why: str, control) -> None:
         self.diverged = (step, why)
         control.should_training_stop = True
+
+
+class TrainingAlreadyDone(Exception):
+    """Raised by FinishedAtResume: the resumed checkpoint is the run's last step (see there)."""
+
+
+class FinishedAtResume(TrainerCallback):
+    """A run killed during its final save resumes from its last checkpoint, at global_step == max_steps; the
+    trainer's loop would still train one more step before its end-of-training check. Once the checkpoint is loaded
+    (on_train_begin), this stops the loop before that step by raising TrainingAlreadyDone, which the run catches
+    to redo only the final save."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.max_steps > 0 and state.global_step >= state.max_steps:
+            raise TrainingAlreadyDone
+        return control
 
 
 class Interrupt:

@@ -14,6 +14,7 @@ from .records import METRICS_NAME, RUN_NAME
 
 PREFIX = "checkpoint"  # transformers.trainer_utils.PREFIX_CHECKPOINT_DIR, without importing transformers
 TRAINER_STATE = "trainer_state.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"  # peft's SAFETENSORS_WEIGHTS_NAME
 
 
 def barrier(args) -> None:
@@ -50,11 +51,30 @@ def checkpoint_problem(path: Path, *, ours: bool = True) -> str | None:
                 read(path)
             except (ValueError, OSError, WeMaskError) as err:
                 return f"{name} is torn or invalid ({str(err).splitlines()[0][:120]})"
+    problem = _adapter_problem(path)
+    if problem:
+        return problem
     if ours:
         problem = _read_json(path / RUN_NAME)
         if problem:
             return problem + (" (the save was interrupted before wemask's record)" if problem.startswith("no ") else "")
     return None
+
+
+def _adapter_problem(path: Path) -> str | None:
+    """Why the checkpoint's LoRA adapter cannot be resumed from (unreadable, NaN or infinity); None: it can."""
+    if not (path / ADAPTER_WEIGHTS).is_file():
+        return None
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from ..finite import first_non_finite
+
+    try:
+        name = first_non_finite(load_file(str(path / ADAPTER_WEIGHTS)).items())
+    except (SafetensorError, OSError) as err:
+        return f"{ADAPTER_WEIGHTS} is torn ({str(err).splitlines()[0][:120]})"
+    return f"{ADAPTER_WEIGHTS}: tensor {name} holds NaN or infinity" if name else None
 
 
 def checkpoints(directory: Path) -> list[Path]:
@@ -88,6 +108,27 @@ def resume_checkpoint(directory: Path) -> str | None:
     return None
 
 
+def agreed_checkpoint(directory: Path) -> str | None:
+    """`resume_checkpoint` decided by the main process and sent to all (each node would otherwise pick from its own
+    disk); every process must be able to read that checkpoint, else all stop: one line from the main process naming
+    the ranks that cannot, and one from each of those ranks."""
+    from ..ranks import from_main, gather
+
+    chosen = from_main(lambda: resume_checkpoint(directory))
+    problem = None
+    if chosen:
+        problem = _read_json(Path(chosen) / TRAINER_STATE) if Path(chosen).is_dir() else "no such folder"
+    missing = [str(r) for r, why in enumerate(gather(problem)) if why]
+    if problem:
+        raise WeMaskError(f"--resume: {chosen}, the checkpoint rank 0 resumes from, is not readable on this node ({problem})")
+    if missing:
+        raise WeMaskError(
+            f"--resume: rank 0 resumes from {chosen}, which rank(s) {', '.join(missing)} cannot read: the output folder "
+            "must be on a file system all nodes share (or every node must hold the same checkpoints)"
+        )
+    return chosen
+
+
 def claim_run_folder(output: Path, opts: dict, args, kind: str) -> tuple[OutputClaim, str | None]:
     """Claim the output folder (refusing what must be refused) and pick the checkpoint to resume from."""
     explicit = getattr(args, "resume_from_checkpoint", None)  # TRL's own --resume-from-checkpoint PATH
@@ -102,9 +143,9 @@ def claim_run_folder(output: Path, opts: dict, args, kind: str) -> tuple[OutputC
     resume = bool(opts["resume"]) or inside
     claim = claim_output_dir(output, overwrite=bool(opts["overwrite"]), resume=resume, kind=kind, resumable=True)
     try:
-        barrier(args)  # every process sees the folder the main process claimed (and cleared, with --overwrite)
-        resume_from = str(explicit) if explicit else resume_checkpoint(output) if opts["resume"] else None
+        barrier(args)  # every process sees the folder the main process claimed (cleared later, once inputs are checked)
+        resume_from = str(explicit) if explicit else agreed_checkpoint(output) if opts["resume"] else None
     except BaseException:
-        claim.release()
+        claim.release(failed=True)
         raise
     return claim, resume_from

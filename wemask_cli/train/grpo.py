@@ -7,7 +7,10 @@ GRPO both generates and trains, so WeMask must act in both, on the same tokens:
   real token of each row from the attention mask it receives, so TRL's left-padded log-probability passes
   (input ids + 2D mask, no position ids) mask the same token that generation masked (tests/test_grpo.py).
 - free mode: plain GRPO; the mask is only recorded for inference.
-- vLLM (`--use-vllm`) generates outside PyTorch, where the hook cannot run: refused in aware mode.
+- vLLM (`--use-vllm`, TRL's colocate mode): TRL's in-process engine generates the rollouts with the same mask as a
+  tensor op on `positions == 0`, installed once TRL has built it; TRL syncs the trained weights into it every step
+  (LoRA merged). The loss passes still run the hooks. CPU workarounds: wemask_cli.engines.vllm.colocate. Server mode
+  syncs weights over NCCL (GPU only): refused on CPU.
 
 Data: a `prompt` column (plain text or a conversation) plus whatever the rewards read (e.g. `answer`), or the
 GSM8K layout as is (`question`, `answer` ending in `#### N`): questions become user messages when the tokenizer
@@ -20,6 +23,7 @@ They are loaded and checked before any model loads; weights go to GRPOConfig.rew
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import WeMaskError
@@ -31,10 +35,9 @@ from .stage import Stage, TrainContext
 DEFAULT_REWARDS = ("math",)
 GSM8K_COLUMNS = ("question", "answer")
 
-VLLM_REFUSAL = (
-    "--use-vllm cannot train with --mode aware: vLLM generates the rollouts outside PyTorch, where the WeMask hook "
-    "does not run, so rollouts would be unmasked while the loss is masked; use --mode free (plain GRPO, mask applied "
-    "at inference) or drop --use-vllm"
+VLLM_SERVER_ON_CPU = (
+    "--vllm-mode server needs GPUs: TRL syncs the trained weights to the vLLM server over NCCL; on CPU use "
+    "--vllm-mode colocate (the default) or drop --use-vllm"
 )
 CONTINUOUS_BATCHING_REFUSAL = (
     "--use-transformers-continuous-batching cannot train with --mode aware: WeMask's first-token rule is not verified "
@@ -122,7 +125,7 @@ def prepare_dataset(dataset, tokenizer, chat_template: bool | None, rewards: lis
     if dataset is None:
         return None
     from ..data import is_conversation
-    from ..rewards import math_reward
+    from ..rewards import math_reward, require_references
 
     columns = set(dataset.column_names)
     gsm8k = "prompt" not in columns and set(GSM8K_COLUMNS) <= columns
@@ -144,6 +147,8 @@ def prepare_dataset(dataset, tokenizer, chat_template: bool | None, rewards: lis
             f"the math reward needs the reference answers in an 'answer' column; {what} has {sorted(dataset.column_names)}: "
             "name yours with --dataset-columns answer=COLUMN, or choose another --reward"
         )
+    if any(func is math_reward for func in rewards):
+        require_references(dataset["answer"], what)
     return dataset
 
 
@@ -167,8 +172,8 @@ class GRPOStage(Stage):
         opts["reward"] = reward_specs(opts.get("reward"))
         opts["chat_template"] = chat_template_choice(opts.get("chat_template"))
         aware_mask = opts["mode"] == "aware" and mask_requested(opts, resolved.mask)
-        if aware_mask and args.use_vllm:
-            raise WeMaskError(VLLM_REFUSAL)
+        if args.use_vllm:
+            check_vllm(resolved, aware_mask)
         if aware_mask and args.use_transformers_continuous_batching:
             raise WeMaskError(CONTINUOUS_BATCHING_REFUSAL)
         self.rewards, _ = check_rewards(opts, args)
@@ -179,10 +184,11 @@ class GRPOStage(Stage):
         chat = ctx.options.get("chat_template")
         train = prepare_dataset(ctx.train_dataset, ctx.tokenizer, chat, self.rewards)
         evaluation = prepare_dataset(ctx.eval_dataset, ctx.tokenizer, chat, self.rewards, what="--eval-dataset")
-        return GRPOTrainer(
-            model=ctx.model, reward_funcs=self.rewards, args=ctx.args, train_dataset=train, eval_dataset=evaluation,
-            processing_class=ctx.tokenizer, peft_config=ctx.peft_config, callbacks=ctx.callbacks,
-        )
+        with vllm_engine(ctx):
+            return GRPOTrainer(
+                model=ctx.model, reward_funcs=self.rewards, args=ctx.args, train_dataset=train, eval_dataset=evaluation,
+                processing_class=ctx.tokenizer, peft_config=ctx.peft_config, callbacks=ctx.callbacks,
+            )
 
     def install(self, trainer, ctx: TrainContext) -> WeMaskConfig:
         """The default install on `trainer.model` (rollouts and loss passes both run it), plus the reference model.
@@ -194,13 +200,49 @@ class GRPOStage(Stage):
         remedies_active = PolicyPass(trainer.model) if peft_reference and ctx.remedies else None
         self.installation = install_on_policy(trainer, ctx, remedies_active=remedies_active)
         config = self.installation.wemask
-        if config.mode == "aware" and config.active and getattr(trainer, "use_vllm", False):
-            raise WeMaskError(VLLM_REFUSAL)
+        if getattr(trainer, "use_vllm", False) and trainer.vllm_mode == "colocate":
+            from ..engines.vllm.colocate import mask_rollouts
+
+            mask_rollouts(trainer, config)
         install_on_reference(trainer, self.installation, mask=True)
         return config
 
     def extra_metrics(self, trainer) -> dict:
         return reward_metrics(trainer)
+
+
+def check_vllm(resolved, aware_mask: bool) -> None:
+    """--use-vllm: what vLLM cannot run, in one line before any model loads."""
+    import torch
+
+    from ..engines.vllm.colocate import silence_trl_version_warning
+
+    silence_trl_version_warning()  # before TRL's vLLM modules load
+    args = resolved.args
+    if args.vllm_mode == "server" and (args.use_cpu or not torch.cuda.is_available()):
+        raise WeMaskError(VLLM_SERVER_ON_CPU)
+    if resolved.remedies:
+        kinds = ", ".join(remedy.describe() for remedy in resolved.remedies)
+        raise WeMaskError(f"--use-vllm: {kinds} add modules that vLLM's model classes do not have: drop --use-vllm or the remedies")
+    if aware_mask and resolved.mask.rates is not None:
+        from ..engines.vllm.mask import check_config
+
+        mask = resolved.mask  # the saved config of a --model without --mask-rate is checked when it is installed
+        check_config(WeMaskConfig(mask_rate=max(mask.rates), layers="all", tokens=mask.tokens or "first", select=mask.select or "weight"))
+
+
+@contextmanager
+def vllm_engine(ctx: TrainContext):
+    """Around the GRPOTrainer's construction: TRL's colocated vLLM engine built as wemask needs it (colocate.py)."""
+    args = ctx.args
+    if not (args.use_vllm and args.vllm_mode == "colocate"):
+        yield
+        return
+    from ..engines.vllm.colocate import colocated_engine
+
+    dtype = None if (args.bf16 or args.fp16) else ctx.model.dtype  # mixed precision: vLLM's own choice
+    with colocated_engine(dtype, masked=ctx.wemask.mode == "aware" and ctx.wemask.active):
+        yield
 
 
 def reward_metrics(trainer) -> dict:

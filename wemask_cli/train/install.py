@@ -11,7 +11,6 @@ continued; their parameters train even when LoRA freezes the base. Every hook an
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -73,16 +72,10 @@ class PolicyPass:
 
 def zero3_gather(model):
     """Under DeepSpeed ZeRO-3 the norm weights are partitioned: gather them (a collective) to choose dims."""
-    from transformers.integrations import is_deepspeed_zero3_enabled
-
-    if not is_deepspeed_zero3_enabled():
-        return contextlib.nullcontext()
-    import deepspeed
-
     from ..method.arch import resolve_layers
+    from .distributed import gathered
 
-    weights = [parts.attn_norm.weight for parts in resolve_layers(model)]
-    return deepspeed.zero.GatheredParameters(weights, modifier_rank=None)
+    return gathered([parts.attn_norm.weight for parts in resolve_layers(model)])
 
 
 def install_mask(model, config: WeMaskConfig, *, active: Callable[[], bool] | None = None):
@@ -159,9 +152,10 @@ def requested_wemask(resolved, loaded) -> WeMaskConfig:
     from ..method.arch import decoder_layers
 
     opts, mask = resolved.opts, resolved.mask
-    if mask.me_layer == "auto" and is_deepspeed_zero3_enabled():
+    if mask.effective_me_layer(loaded.saved_wemask) == "auto" and is_deepspeed_zero3_enabled():
         raise WeMaskError(
-            "--me-layer auto cannot locate on ZeRO-3-partitioned weights: run `wemask locate --model M` once and pass --me-layer N"
+            "--me-layer auto (the default with --mask-rate) cannot locate on ZeRO-3-partitioned weights: "
+            "run `wemask locate --model M` once and pass --me-layer N"
         )
     with resolved.args.main_process_first(desc="locating the ME layer"):
         mode_given = mask.rates is not None or resolved.provenance["wemask"]["mode"] != "default"

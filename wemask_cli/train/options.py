@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..errors import WeMaskError
@@ -47,6 +46,7 @@ class TrainOptions:
     select: str | None = option()  # None: WeMaskConfig's defaults (weight, from-me, 1.0), or the saved config
     layers: str | None = option()
     strength: float | None = option(kind=NUMBER)
+    tokens: str | None = option()  # first | massive (None: the default, or the saved config)
     use_peft: bool | None = option(False, bool)
     lora_r: int | None = option(16, int)
     lora_alpha: int | None = option(32, NUMBER)
@@ -95,13 +95,6 @@ def check_options(opts: dict, stage_name: str, mask) -> None:
         raise WeMaskError("--overwrite and --resume exclude each other: --resume continues the run, --overwrite deletes it")
     if not opts.get("dataset"):
         raise WeMaskError(f"wemask {stage_name}: give --dataset (a local .jsonl/.json/.parquet/.csv file or a hub name)")
-    if mask.rates:
-        from ..masking import require_me_layer
-        from ..method.config import find_saved_config
-
-        model_dir = Path(str(opts["model"] or "")).expanduser()
-        saved = find_saved_config(model_dir) if opts["model"] and model_dir.is_dir() else None
-        require_me_layer(mask.rates, mask.me_layer, opts["layers"], saved)
 
 
 def check_lora_numbers(opts: dict) -> None:

@@ -3,6 +3,8 @@ errors naming the key and its line."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +18,7 @@ class Recipe:
     path: str | None = None
     values: dict = field(default_factory=dict)
     lines: dict = field(default_factory=dict)
+    quoted: set = field(default_factory=set)  # keys whose value is a quoted scalar ("3": text, never a number)
 
     def where(self, key: str) -> str:
         line = self.lines.get(key)
@@ -26,13 +29,15 @@ class Recipe:
         kinds = kinds if isinstance(kinds, tuple) else (kinds,)
         if value is None:
             return
+        if isinstance(value, float) and not math.isfinite(value):
+            raise WeMaskError(f"{self.where(key)}: {key} must be a finite number, not {value}")
         ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
         if not ok:
-            wanted = " or ".join(_KIND_NAMES.get(kind, kind.__name__) for kind in kinds)
-            raise WeMaskError(f"{self.where(key)}: {key} must be {wanted}, not {value!r} ({_KIND_NAMES.get(type(value), type(value).__name__)})")
+            wanted = " or ".join(KIND_NAMES.get(kind, kind.__name__) for kind in kinds)
+            raise WeMaskError(f"{self.where(key)}: {key} must be {wanted}, not {value!r} ({KIND_NAMES.get(type(value), type(value).__name__)})")
 
 
-_KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a mapping"}
+KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a mapping"}
 
 
 def _strict_loader():
@@ -44,6 +49,10 @@ def _strict_loader():
             seen = {}
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, Hashable):
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"a key must be a name, not a {type(key).__name__}", key_node.start_mark
+                    )
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
                         None, None, f"duplicate key {key!r} (first on line {seen[key] + 1})", key_node.start_mark
@@ -66,6 +75,7 @@ def read_recipe(path: str | None) -> Recipe:
     try:
         text = file.read_text(encoding="utf-8-sig")
         root = yaml.compose(text, Loader=_strict_loader())
+        _check_keys(root, path)
         data = yaml.load(text, Loader=_strict_loader())
     except FileNotFoundError:
         raise WeMaskError(f"--config {path}: no such recipe file") from None
@@ -80,8 +90,30 @@ def read_recipe(path: str | None) -> Recipe:
         return Recipe(path)
     if not isinstance(data, dict):
         raise WeMaskError(f"--config {path} must be a mapping of option: value, not a {type(data).__name__}")
-    lines = {str(k.value).replace("-", "_"): k.start_mark.line + 1 for k, _ in root.value} if root is not None else {}
-    return Recipe(path, {str(key).replace("-", "_"): value for key, value in data.items()}, lines)
+    lines = {str(k.value).replace("-", "_"): k.start_mark.line + 1 for k, _ in root.value}
+    quoted = {str(k.value).replace("-", "_") for k, v in root.value if isinstance(v, yaml.ScalarNode) and v.style in ("'", '"')}
+    return Recipe(path, {str(key).replace("-", "_"): value for key, value in data.items()}, lines, quoted)
+
+
+def _check_keys(root, path: str) -> None:
+    """The top-level keys are option names, each given once in either spelling (max_steps and max-steps are one)."""
+    import yaml
+
+    if not isinstance(root, yaml.MappingNode):
+        return
+    seen = {}
+    for key, _ in root.value:
+        line = key.start_mark.line + 1
+        if not isinstance(key, yaml.ScalarNode):
+            kind = "list" if isinstance(key, yaml.SequenceNode) else "mapping"
+            raise WeMaskError(f"--config {path} line {line}: a key must be an option name, not a {kind}")
+        name = str(key.value).replace("-", "_")
+        if name in seen and seen[name][0] != key.value:  # the same spelling twice: the strict loader names it
+            raise WeMaskError(
+                f"--config {path} line {line}: {key.value!r} repeats {seen[name][0]!r} (line {seen[name][1]}): "
+                "give each option once"
+            )
+        seen.setdefault(name, (key.value, line))
 
 
 def recipe_path(value: str, recipe: str) -> str:

@@ -33,6 +33,7 @@ class RunRecord:
     def __init__(self, stage, resolved, resumed_from: str | None):
         self.stage, self.resolved, self.resumed_from = stage, resolved, resumed_from
         self.installation = None  # install.StageInstallation, set once the stage has installed
+        self.distributed: dict | None = None  # distributed.run_facts: what ran, set once the trainer is built
         self.source: str | None = None
         self.data_format: str | None = None
         self.started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -46,6 +47,7 @@ class RunRecord:
             "resumed_from": self.resumed_from,
             "seed": args.seed,
             "world_size": args.world_size,
+            "distributed": self.distributed,
             "model_source": self.source,
             "data_format": self.data_format,
             "wemask": config.to_dict(),
@@ -82,7 +84,8 @@ def whole_run_train_loss(trainer, summary: dict, resumed_step: int):
     trainer_state.json) are weighted in by their steps. A step trained but never logged before the checkpoint is
     not in either and is left out."""
     mean_after = summary.get("train_loss")
-    if not resumed_step or mean_after is None:
+    after = trainer.state.global_step - resumed_step
+    if not resumed_step or (mean_after is None and after):
         return mean_after
     total, previous = 0.0, 0
     for step, loss in loss_history(trainer):
@@ -90,8 +93,9 @@ def whole_run_train_loss(trainer, summary: dict, resumed_step: int):
             break
         total += loss * (step - previous)
         previous = step
-    after = trainer.state.global_step - resumed_step
-    return (total + mean_after * after) / (previous + after) if previous + after else mean_after
+    if not after:  # resumed at the last step (killed during the final save): nothing trained after it
+        return total / previous if previous else mean_after
+    return (total + mean_after * after) / (previous + after)
 
 
 def write_metrics(trainer, output, ctx, stage, config: WeMaskConfig, seconds: float, eval_metrics: dict, resumed_step: int = 0) -> dict:

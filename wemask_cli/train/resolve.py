@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import WeMaskError
+from .distributed import apply_launcher_precision
 from .options import CLI_ONLY, DEFAULTS, KINDS, TrainOptions, given_options
 from .recipe import Recipe, read_recipe, recipe_path
+from .trl_values import check_trl_value
 
 
 @dataclass
@@ -54,20 +56,24 @@ def explicit_trl_args(parser, extra_args: list[str], stage_name: str) -> dict:
     """Only the TRL options actually given in extra_args, typed by argparse (both --a-b and --a_b spellings).
 
     argparse has no "was this given" query, so defaults are suppressed for the parse and restored after."""
+    from transformers.hf_argparser import string_to_bool
+
     explicit = argparse.Namespace()
-    saved = [(action, action.default, action.required, action.type) for action in parser._actions]
+    saved = [(action, action.default, action.required, action.type, action.nargs, action.const) for action in parser._actions]
     try:
         for action in parser._actions:
             action.default, action.required = argparse.SUPPRESS, False
             if action.type in (int, float):  # '--max-length None' sets an optional number to None
                 action.type = _none_or(action.type)
+            if action.type is string_to_bool and action.nargs is None:  # `bool | None` fields (bf16): a bare --bf16 is true
+                action.nargs, action.const = "?", True
         try:
             namespace, unknown = parser.parse_known_args(list(extra_args), namespace=explicit)
         except _ArgError as err:
             raise WeMaskError(f"wemask {stage_name}: {err}") from None
     finally:
-        for action, default, required, type_ in saved:
-            action.default, action.required, action.type = default, required, type_
+        for action, default, required, type_, nargs, const in saved:
+            action.default, action.required, action.type, action.nargs, action.const = default, required, type_, nargs, const
     namespace = vars(namespace)
     namespace.pop("help", None)
     if unknown:
@@ -113,7 +119,10 @@ def coerce_trl_value(parser, recipe: Recipe, key: str, value):
                 if isinstance(value, list):
                     return [action.type(v) if isinstance(v, str) else v for v in value]
                 if isinstance(value, str):
-                    return action.type(value)
+                    converted = action.type(value)
+                    if key in recipe.quoted and isinstance(converted, (int, float)):
+                        raise WeMaskError(f"{recipe.where(key)}: {key} must be a number, not the text {value!r}: write it without quotes")
+                    return converted
             except (TypeError, ValueError):
                 raise WeMaskError(f"{recipe.where(key)}: {key}: {value!r} is not a valid value") from None
     return value
@@ -185,8 +194,11 @@ def resolve(stage, options: TrainOptions, extra_args: list[str]) -> Resolved:
     for key, value in recipe.values.items():
         if key in trl_fields and key not in resolved:
             trl_values[key], trl_source[key] = coerce_trl_value(parser, recipe, key, value), "recipe"
+            check_trl_value(config_class, key, trl_values[key], recipe.where(key))
     for key, value in cli_trl.items():
+        check_trl_value(config_class, key, value, f"--{key.replace('_', '-')}")
         trl_values[key], trl_source[key] = value, "flag"
+    apply_launcher_precision(trl_values, trl_source)  # accelerate's mixed_precision sets bf16/fp16, or conflicts in one line
     for old, new in (("gradient_checkpointing", "activation_checkpointing"), ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
         if trl_source.get(old) in ("recipe", "flag") and trl_source.get(new) == "default":
             del trl_values[new], trl_source[new]  # the user's spelling wins over our default
@@ -198,7 +210,7 @@ def resolve(stage, options: TrainOptions, extra_args: list[str]) -> Resolved:
         raise WeMaskError(f"wemask {stage.name}: invalid TRL setting for {config_class.__name__}: {reason}") from None
     mask = MaskRequest.parse(
         mask_rate=resolved["mask_rate"], me_layer=resolved["me_layer"], select=resolved["select"], layers=resolved["layers"],
-        strength=resolved["strength"], seed=args.seed if resolved["mask_rate"] is not None else None,  # select=random
+        strength=resolved["strength"], tokens=resolved["tokens"], seed=args.seed if resolved["mask_rate"] is not None else None,  # select=random
     )
     from ..interventions import configs_from_options
 

@@ -18,9 +18,11 @@ from typing import Any
 
 from ..errors import WeMaskError
 from ..method.config import WeMaskConfig
-from ..outputs import describe_os_error
+from ..outputs import check_inputs_outside, describe_os_error
 from ..progress import say
 from .checkpoints import PREFIX, barrier, checkpoints, checkpoint_problem, claim_run_folder
+from .distributed import check_quantized_sharding, run_facts
+from . import fsdp
 from .options import TrainOptions, check_options
 from .resolve import resolve
 from .stage import Stage, TrainContext
@@ -40,7 +42,7 @@ class RunResult:
 def load_inputs(stage: Stage, opts: dict, args):
     """(train dataset, eval dataset, data format, loaded model) for the resolved options."""
     from ..data import load_training_data
-    from ..models import load_model
+    from ..models import load_model, resolve_source
 
     with args.main_process_first(desc="loading data"):
         train_dataset, fmt = load_training_data(
@@ -57,6 +59,8 @@ def load_inputs(stage: Stage, opts: dict, args):
     model_spec = opts["model"]
     if model_spec and Path(str(model_spec)).expanduser().is_dir():
         model_spec = str(Path(str(model_spec)).expanduser().resolve())  # adapters record their base by this path
+    with args.main_process_first(desc="preparing the model"):  # a .gguf or the embedded model: converted once per node
+        resolve_source(model_spec)
     loaded = load_model(model_spec, dtype=opts["dtype"], quantization=quantization, interventions=False)  # installed by the stage
     return train_dataset, eval_dataset, fmt, loaded
 
@@ -106,13 +110,37 @@ def disk_errors(trainer, output: Path):
         raise WeMaskError(f"training stopped at step {trainer.state.global_step}: could not write to {output}: {describe_os_error(err)}; {where}") from None
 
 
+def check_remedies_fit(resolved) -> None:
+    """Refuse remedy settings the model's size rules out (a rank above its hidden size) from its config, before
+    the output folder is claimed or any weights load."""
+    if not resolved.remedies:
+        return
+    from ..models import hidden_size
+
+    size = hidden_size(resolved.opts["model"])
+    for remedy in resolved.remedies if size else ():
+        remedy.check_fits(size)
+
+
+def run_inputs(opts: dict) -> list[tuple[str, str]]:
+    """The (flag, path) of what a training run reads (hub names are skipped by the check)."""
+    found = [("--model", opts.get("model")), ("--dataset", opts.get("dataset")), ("--eval-dataset", opts.get("eval_dataset"))]
+    rewards = [str(spec).partition(".py:")[0] + ".py" for spec in opts.get("reward") or () if ".py:" in str(spec)]
+    return found + [("--reward", path) for path in rewards]
+
+
 def run(stage: Stage, options: TrainOptions, extra_args: list[str] = (), callbacks: list | None = None) -> RunResult:
     """Resolve, claim the output, load, build the stage's trainer, install the interventions, train, save."""
     resolved = resolve(stage, options, list(extra_args))
     opts, args = resolved.opts, resolved.args
     check_options(opts, stage.name, resolved.mask)
     stage.check(resolved)
+    fsdp.check(resolved)
+    check_quantized_sharding(opts)
+    check_remedies_fit(resolved)
     output = Path(opts["output_dir"]).expanduser()
+    if opts["overwrite"]:
+        check_inputs_outside(output, [*run_inputs(opts), ("--config", options.config)])
     claim, resume_from = claim_run_folder(output, opts, args, stage.name)
     with claim:
         return _train(stage, resolved, output, claim, resume_from, callbacks or [])
@@ -121,9 +149,17 @@ def run(stage: Stage, options: TrainOptions, extra_args: list[str] = (), callbac
 def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None, callbacks: list) -> RunResult:
     """The run once the folder is claimed. Long, as the steps of one run read best in order."""
     from ..interventions import load_saved
-    from .callbacks import CheckpointRecordCallback, Interrupt, SaveOnInterrupt, StopOnNonFinite
+    from .callbacks import (
+        CheckpointRecordCallback,
+        FinishedAtResume,
+        Interrupt,
+        SaveOnInterrupt,
+        StopOnNonFinite,
+        TrainingAlreadyDone,
+    )
     from .install import lora_config
     from .records import RunRecord, write_metrics
+    from .steps import StepLines
 
     opts, args = resolved.opts, resolved.args
     train_dataset, eval_dataset, fmt, loaded = load_inputs(stage, opts, args)
@@ -137,19 +173,25 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
     ctx = TrainContext(
         options=opts, args=args, loaded=loaded, train_dataset=train_dataset, eval_dataset=eval_dataset,
         data_format=fmt, peft_config=lora_config(opts, loaded.model), wemask=config,
-        callbacks=[*callbacks, SaveOnInterrupt(interrupt), CheckpointRecordCallback(record, claim), divergence],
+        callbacks=[*callbacks, *fsdp.callbacks(args), SaveOnInterrupt(interrupt), CheckpointRecordCallback(record, claim), divergence, FinishedAtResume(), StepLines()],
         remedies=remedies, remedy_weights=remedy_weights,
     )
+    fsdp.shard_on_cpu(args)  # accelerate alone would run FSDP on the CPU as DDP
     trainer = stage.build_trainer(ctx)
     config = stage.install(trainer, ctx)
-    record.installation = stage.installation
+    record.installation, record.distributed = stage.installation, run_facts(trainer, resolved)
+    claim.clear()  # --overwrite: the previous output goes only now that data, model and trainer are all set up
+    barrier(args)
     say(f"WeMask {config.mode}: {config.describe()}" + (f"; resuming from {resume_from}" if resume_from else ""))
     for remedy in remedies:
         say(f"{remedy.describe()}" + (" (saved weights)" if remedy_weights else " (starting as the identity)"))
 
     start = time.perf_counter()
     with interrupt, disk_errors(trainer, output):
-        trainer.train(resume_from_checkpoint=resume_from)
+        try:
+            trainer.train(resume_from_checkpoint=resume_from)
+        except TrainingAlreadyDone:  # killed during the final save: the checkpoint is loaded, only the save is left
+            say(f"--resume: {Path(resume_from).name} is the run's last step ({trainer.state.global_step}): saving the final model")
     seconds = time.perf_counter() - start
     if divergence.diverged is not None:
         step, why = divergence.diverged
@@ -165,13 +207,12 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
     if eval_dataset is not None and str(getattr(args.eval_strategy, "value", args.eval_strategy)) == "no":
         eval_metrics = trainer.evaluate()
     metrics = None
-    with disk_errors(trainer, output):
+    with disk_errors(trainer, output), claim.writing():  # the manifest lists each file this save writes
         trainer.save_model(str(output))
         if trainer.is_world_process_zero():
             loaded.tokenizer.save_pretrained(str(output))
             config = record.write(output, trainer.model)
             metrics = write_metrics(trainer, output, ctx, stage, config, seconds, eval_metrics, _resumed_step(resume_from))
-            claim.record_new()
     if metrics is not None:
         say(f"saved to {output} (final loss {metrics['final_loss']}, {metrics['global_step']} steps)")
     barrier(args)

@@ -86,12 +86,13 @@ class ChoiceTask(Task):
         return Prepared(units, longest, (data.rows, groups, texts, draws, delimiter, cuts), samples)
 
     def evaluate(self, model, tokenizer, prepared, seed, batch_size, advance) -> Scored:
-        from ..scoring import pad_id_of, score_options
+        from ..scoring import pad_id_of, require_finite_scores, score_options
 
         rows, groups, texts, draws, delimiter, cuts = prepared.payload
         scores = score_options(model, groups, pad_id_of(tokenizer), batch_size, advance)
         records = []
-        for row, sums, text, shots, cut in zip(rows, scores, texts, draws, cuts):
+        for number, (row, sums, text, shots, cut) in enumerate(zip(rows, scores, texts, draws, cuts), 1):
+            require_finite_scores(sums, f"question {number} ({row['question'][:60]!r})")
             n = len(row["choices"])
             normed = [total / max(1, len(choice)) for total, choice in zip(sums, row["choices"])]
             pred = max(range(n), key=lambda i: sums[i])

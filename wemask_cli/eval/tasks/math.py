@@ -1,5 +1,6 @@
-"""math: generate (greedy unless --seeds), extract the final answer with `rewards.extract_answer` and compare it with
-`rewards.answers_match` (the GRPO `math` reward's own code): `accuracy`.
+"""math: generate (greedy unless --seeds), extract the final answer with `rewards.extract_answer` and grade it with
+`rewards.grade_answer` (the GRPO `math` reward's own code): `accuracy`, and `unparseable`, the number of completions
+with no final answer or one the grader could not read (each such record says `"unparseable": true`).
 
 Layouts: GSM8K/MATH-style question + answer columns (the question goes through --prompt-template), and verl's RL
 layout, recognised without flags: the `prompt` chat messages are used as they are (no template around them) and
@@ -11,18 +12,19 @@ from __future__ import annotations
 
 from ...data import VERL_ANSWER, column_value, is_verl
 from ..data import EvalData, pick_field, require_text
-from ..stats import proportion
+from ..stats import Metric, proportion
 from .base import CALIBRATION, Prepared, Scored, Task, check_fewshot, fewshot_draws
 
 FEWSHOT_SEPARATOR = "\n\n"
 
 
-def grade_math(completion: str, reference: str) -> tuple[str | None, bool]:
-    """(extracted answer, correct?) with the GRPO math reward's own extractor and matcher."""
-    from ...rewards import answers_match, extract_answer
+def grade_math(completion: str, reference: str) -> tuple[str | None, bool, bool]:
+    """(extracted answer, correct?, parsed?) with the GRPO math reward's own extractor and grader."""
+    from ...rewards import extract_answer, grade_answer
 
     extracted = extract_answer(completion)
-    return extracted, answers_match(extracted, reference)
+    grade = grade_answer(extracted, reference)
+    return extracted, grade.correct, grade.parsed
 
 
 class MathTask(Task):
@@ -83,8 +85,11 @@ class MathTask(Task):
                                top_p=s.top_p, seed=seed, batch_size=batch_size, advance=advance)
         records = []
         for row, text, completion, cut, shots in zip(rows, texts, completions, cuts, draws):
-            extracted, correct = grade_math(completion, row["answer"])
+            extracted, correct, parsed = grade_math(completion, row["answer"])
             records.append({"question": row["question"], "prompt": text, "reference": row["answer"], "completion": completion,
                             "extracted": extracted, "correct": correct, **({"fewshot": shots} if shots else {}),
-                            **({"truncated": True} if cut else {})})
-        return Scored({"accuracy": proportion([r["correct"] for r in records])}, len(rows), records)
+                            **({"truncated": True} if cut else {}), **({} if parsed else {"unparseable": True})})
+        unparseable = [float("unparseable" in r) for r in records]
+        metrics = {"accuracy": proportion([r["correct"] for r in records]),
+                   "unparseable": Metric(sum(unparseable), None, unparseable, pairable=False)}
+        return Scored(metrics, len(rows), records)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from ...data import column_value
+from ...data.readers import text_lines
 from ..data import EvalData, open_source, pick_field, require_text
 from ..stats import proportion
 from .base import CALIBRATION, Prepared, Scored, Task
@@ -51,7 +52,7 @@ class RefusalTask(Task):
         s = self.settings
         source = open_source(s.data, self.bundled, s.split, s.data_config, s.limit)
         if source.text is not None:
-            prompts = [line.strip() for line in source.text.splitlines() if line.strip()][: s.limit]
+            prompts = [line.strip() for line in text_lines(source.text) if line.strip()][: s.limit]
             return source.data(self.name, rows=[{"prompt": p} for p in prompts], fields={"prompt": "(text lines)"})
         rows, labels = source.rows[: s.limit], source.labels[: s.limit]
         name = pick_field(rows, s.question_field, "prompt", "--question-field", source.where)

@@ -1,4 +1,4 @@
-"""Answer extraction, answer matching and GRPO reward functions (shared by training and evaluation)."""
+"""Reward specs (`NAME[:WEIGHT]`, `file.py:function`, `module:function`): parsing, loading and checking for TRL."""
 
 from __future__ import annotations
 
@@ -8,180 +8,12 @@ import inspect
 import math
 import re
 import sys
-import threading
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
-from fractions import Fraction
 from pathlib import Path
 
-from wemask_cli.errors import WeMaskError
-
-_NUMBER = r"(?:(?<![\w)])-)?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)"
-_LAST_RE = re.compile(rf"-?\\[dt]?frac\s*\{{[^{{}}]*\}}\s*\{{[^{{}}]*\}}|(?:{_NUMBER})(?:\s*/\s*\d+)?")
-_HASH_RE = re.compile(r"####[ \t]*([^\n]*)")
-_PHRASE_RE = re.compile(r"(?:the\s+(?:final\s+)?answer\s+is|final\s+answer\s*(?:is)?)\s*:?[ \t]*([^\n]*)", re.I)
-_FORMAT_PHRASE_RE = re.compile(
-    r"(?:^|[.!?\n])[^.!?\n]*?\b(?:the\s+(?:final\s+)?answer\s+is|final\s+answer\s*:)\s*:?\s*\$?\s*"
-    rf"(?:{_NUMBER})(?:/\d+)?[ \t]*\$?(?:[ \t]*[A-Za-z%]+){{0,2}}[ \t]*\.?$",
-    re.I,
-)
-_UNITS = r"%|cm|mm|km|kg|mg|ml|m|g|l|s|h|min|lb|lbs|oz|ft|in|mph|kph"
-
-
-def _boxed_contents(text: str) -> list[tuple[str, int]]:
-    """Contents of every balanced ``\\boxed{...}`` with the index just after its closing brace."""
-    found = []
-    for match in re.finditer(r"\\boxed\s*\{", text):
-        depth, start = 1, match.end()
-        for i in range(start, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            if depth == 0:
-                found.append((text[start:i], i + 1))
-                break
-    return found
-
-
-def extract_answer(text: str) -> str | None:
-    """Final answer: the last ``#### N``, last ``\\boxed{}``, "the answer is X", else the last number or fraction."""
-    if not text:
-        return None
-    hashes = [m.group(1).strip() for m in _HASH_RE.finditer(text) if m.group(1).strip()]
-    if hashes:
-        return hashes[-1]
-    boxed = _boxed_contents(text)
-    if boxed:
-        return boxed[-1][0].strip()
-    phrases = [m.group(1) for m in _PHRASE_RE.finditer(text)]
-    if phrases:
-        answer = re.split(r"\.(?:\s|$)", phrases[-1], maxsplit=1)[0].strip().rstrip(".").strip()
-        if answer:
-            return answer
-    numbers = _LAST_RE.findall(text)
-    return numbers[-1] if numbers else None
-
-
-def _frac_to_slash(match: re.Match) -> str:
-    parts = [p if re.fullmatch(r"-?[\w.]+", p) else f"({p})" for p in (match.group(1), match.group(2))]
-    return f"{parts[0]}/{parts[1]}"
-
-
-def _canonical_number(s: str) -> str:
-    try:
-        value = Decimal(s)
-    except InvalidOperation:
-        return s
-    if not value.is_finite():
-        return s
-    text = format(value.normalize(), "f")
-    return "0" if text in ("-0", "0") else text
-
-
-def normalize_answer(s: str) -> str:
-    """Canonical form of an answer string: no whitespace, units, dollars, LaTeX decoration or trailing zeros."""
-    s = (s or "").strip()
-    s = re.sub(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}", r" \1", s)
-    for token in ("\\left", "\\right", "\\!", "\\,", "\\;", "\\displaystyle", "^\\circ", "^{\\circ}", "\\%", "%", "$"):
-        s = s.replace(token, "")
-    s = re.sub(r"\\[dt]?frac\s*(\d)(\d)", r"\\frac{\1}{\2}", s)
-    previous = None
-    while previous != s:
-        previous = s
-        s = re.sub(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}", _frac_to_slash, s)
-    s = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", s)
-    s = s.strip().rstrip(".").strip()
-    s = re.sub(r"^[A-Za-z]\s*=\s*", "", s)
-    unit = re.fullmatch(rf"(-?\d+(?:\.\d+)?(?:\s*/\s*\d+)?)(?:\s+[A-Za-z][A-Za-z .'-]*|\s*(?:{_UNITS})\.?)", s)
-    if unit:
-        s = unit.group(1)
-    s = re.sub(r"\s+", "", s)
-    if "/" in s:
-        num, _, den = s.partition("/")
-        if re.fullmatch(r"-?\d+(?:\.\d+)?", num) and re.fullmatch(r"\d+(?:\.\d+)?", den):
-            return f"{_canonical_number(num)}/{_canonical_number(den)}"
-        return s
-    return _canonical_number(s) if re.fullmatch(r"-?(?:\d+\.?\d*|\.\d+)", s) else s
-
-
-def _as_fraction(s: str) -> Fraction | None:
-    try:
-        return Fraction(s)
-    except (ValueError, ZeroDivisionError):
-        return None
-
-
-def _math_verify_match(pred: str, ref: str) -> bool:
-    try:
-        import math_verify
-    except ImportError:
-        return False
-    # math_verify's timeouts use signal.alarm, which only works in the main thread.
-    timeout = 5 if threading.current_thread() is threading.main_thread() else None
-    try:
-        gold = math_verify.parse(f"${ref}$", parsing_timeout=timeout)
-        target = math_verify.parse(f"${pred}$", parsing_timeout=timeout)
-        return bool(gold and target and math_verify.verify(gold, target, timeout_seconds=timeout))
-    except Exception:
-        return False
-
-
-def answers_match(prediction: str | None, reference: str) -> bool:
-    """Whether a predicted answer equals a reference (a bare answer or a GSM8K solution ending in ``#### N``)."""
-    try:
-        if prediction is None or reference is None:
-            return False
-        reference = str(reference)
-        if "####" in reference:
-            reference = extract_answer(reference) or ""
-        pred, ref = normalize_answer(str(prediction)), normalize_answer(reference)
-        if not pred or not ref:
-            return False
-        if pred == ref:
-            return True
-        a, b = _as_fraction(pred), _as_fraction(ref)
-        if a is not None and b is not None:
-            return a == b or math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-12)
-        return _math_verify_match(pred, ref)
-    except Exception:
-        return False
-
-
-def _completion_text(completion) -> str:
-    if isinstance(completion, str):
-        return completion
-    content = completion[-1].get("content", "") if completion else ""
-    if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return content or ""
-
-
-def math_reward(completions, answer=None, **kwargs) -> list[float]:
-    """1.0 for each completion whose final answer matches the reference in the ``answer`` column, else 0.0."""
-    if answer is None:
-        raise WeMaskError(
-            "the math reward needs an 'answer' column in the dataset "
-            "(GSM8K layout: question, answer ending in '#### N')"
-        )
-    return [
-        1.0 if answers_match(extract_answer(_completion_text(c)), str(ref)) else 0.0
-        for c, ref in zip(completions, answer, strict=True)
-    ]
-
-
-def format_reward(completions, **kwargs) -> list[float]:
-    """1.0 for each completion that ends with a marked final answer (``#### N``, ``\\boxed{}``, "The answer is N.")."""
-    rewards = []
-    for completion in completions:
-        text = _completion_text(completion).rstrip()
-        last_line = text.rsplit("\n", 1)[-1]
-        boxed = _boxed_contents(text)
-        ok = (
-            bool(re.fullmatch(r"\s*####\s*\S.*", last_line))
-            or bool(boxed and not re.sub(r"[\s$.\\\])]", "", text[boxed[-1][1]:]))
-            or bool(_FORMAT_PHRASE_RE.search(text))
-        )
-        rewards.append(1.0 if ok else 0.0)
-    return rewards
-
+from ..errors import WeMaskError
+from .extract import format_reward
+from .grader import math_reward
 
 BUILTIN_REWARDS: dict[str, Callable] = {"math": math_reward, "format": format_reward}
 
@@ -302,7 +134,7 @@ def checked_reward(func: Callable, target: str, *, alone: bool) -> Callable:
     the user's function keeps its traceback, preceded by a line saying whose code raised it."""
     from functools import wraps
 
-    from .progress import warn
+    from ..progress import warn
 
     warned = []
 

@@ -1,0 +1,100 @@
+"""The command line's manners: -h, --version, `wemask env`, shell completion, paper citations in the help, and
+mistyped flags refused at once with a suggestion, in every command, without importing torch."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import run_main
+from test_startup import COMMANDS, wemask_without_torch
+
+ALL_COMMANDS = (*COMMANDS, "env")
+
+
+@pytest.mark.parametrize("command", [(), *((c,) for c in ALL_COMMANDS)], ids=lambda c: " ".join(c) or "wemask")
+def test_dash_h_is_help_everywhere(command):
+    """`wemask -h` was an error and `wemask sft -h` printed TRL's argparse help: now both are wemask's --help."""
+    short, long = wemask_without_torch(*command, "-h"), wemask_without_torch(*command, "--help")
+    assert short.returncode == 0 and short.stdout == long.stdout and "Usage: wemask" in short.stdout, short.stderr
+    assert "--help-trl" in short.stdout if command and command[0] in ("sft", "dpo", "grpo") else True
+
+
+def test_version_needs_no_torch():
+    from wemask_cli import __version__
+
+    for flag in ("--version", "-V"):
+        done = wemask_without_torch(flag)
+        assert done.returncode == 0 and done.stdout == f"wemask {__version__}\n", done.stderr
+
+
+def test_env_prints_versions_device_and_cache(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("WEMASK_CACHE", str(tmp_path / "cache"))
+    code, out, err = run_main(monkeypatch, capsys, "env")
+    assert code == 0, err
+    for name in ("torch", "transformers", "trl", "peft", "accelerate", "vllm", "deepspeed", "bitsandbytes", "device", "cache"):
+        assert any(line.startswith(name) for line in out.splitlines()), name
+    assert f"cache         {tmp_path / 'cache'}" in out and ("cpu" in out or "cuda" in out)
+
+
+def test_shell_completion_is_offered():
+    help_text = wemask_without_torch("--help").stdout
+    assert "--install-completion" in help_text and "--show-completion" in help_text
+    done = wemask_without_torch("--show-completion", "bash")
+    assert done.returncode == 0 and "_WEMASK_COMPLETE" in done.stdout, done.stderr
+
+
+def test_help_cites_the_papers():
+    """The papers by arXiv id, not 'SPEC §2' or 'the paper' with no citation."""
+    top = wemask_without_torch("--help").stdout
+    assert "arXiv:2605.08504" in top and "arXiv:2601.22966" in top
+    assert "arXiv:2601.22966" in wemask_without_torch("sft", "--help").stdout  # the remedies' panel
+    for command in ALL_COMMANDS:
+        assert "SPEC" not in wemask_without_torch(command, "--help").stdout, command
+
+
+@pytest.mark.parametrize(
+    "args, suggestion",
+    [
+        (("sft", "--dataset", "d.jsonl", "--learning-rat", "1e-5"), "did you mean --learning-rate?"),
+        (("dpo", "--mask_rate", "0.3"), "did you mean --mask-rate?"),
+        (("grpo", "--num-generation", "4"), "did you mean --num-generations or"),
+        (("sft", "--gated-nrom", "both"), "did you mean --gated-norm"),
+        (("eval", "--limt", "3"), "did you mean --limit"),
+        (("infer", "--mask-rat", "0.3"), "did you mean --mask-rate?"),
+        (("locate", "--num-promts", "2"), "did you mean --num-prompts"),
+        (("report", "runs", "--no-plt"), "did you mean --no-plot"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, tuple) else None,
+)
+def test_mistyped_flags_get_a_suggestion_at_once(args, suggestion):
+    """A training typo was refused only after TRL's parser had been built (8-44 s); now before any heavy import."""
+    started = time.perf_counter()
+    done = wemask_without_torch(*args)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and suggestion in done.stderr, done.stderr
+    assert done.stderr.startswith(f"wemask: error: No such option: {args[-2] if args[-1][0] != '-' else args[-1]}")
+    assert time.perf_counter() - started < 20  # torch, transformers and TRL are blocked: it cannot have imported them
+
+
+def test_trl_flags_are_read_without_importing_trl():
+    """The pass-through check knows TRL's options in both spellings."""
+    from wemask_cli.train.trl_flags import trl_flags
+
+    flags = trl_flags("dpo")
+    assert {"--beta", "--learning-rate", "--learning_rate", "--per-device-train-batch-size", "--precompute-ref-log-probs"} <= flags
+    assert "--num-generations" in trl_flags("grpo") and "--num-generations" not in trl_flags("sft")
+    assert "--packing" in trl_flags("sft")
+
+
+def test_trl_flags_agree_with_trls_parser():
+    """Every option TRL's own parser accepts is known to the fast check (so no valid flag is ever refused)."""
+    from wemask_cli.train.dpo import DPOStage
+    from wemask_cli.train.grpo import GRPOStage
+    from wemask_cli.train.resolve import trl_parser
+    from wemask_cli.train.sft import SFTStage
+    from wemask_cli.train.trl_flags import trl_flags
+
+    for name, stage in (("sft", SFTStage()), ("dpo", DPOStage()), ("grpo", GRPOStage())):
+        parser = trl_parser(stage.config_class())
+        accepted = {option for action in parser._actions for option in action.option_strings if option.startswith("--")}
+        assert accepted - {"--help"} <= trl_flags(name), (name, accepted - {"--help"} - trl_flags(name))

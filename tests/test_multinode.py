@@ -1,0 +1,62 @@
+"""Two nodes simulated on one machine: two `torchrun --nnodes 2 --node_rank I` launchers meeting on 127.0.0.1, each
+with its own working folder, output folder and WEMASK_CACHE (no shared file system). What the README documents:
+only global rank 0 writes the run; `--resume` is decided by rank 0, and a node that cannot read that checkpoint stops
+the run with one line on each side, never a gloo traceback."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def two_nodes(tmp_path: Path, args: list[str]) -> list[tuple[int, str]]:
+    """Run `wemask ARGS` on both simulated nodes at once: [(exit code, log)] for node 0 and node 1."""
+    port = free_port()
+    procs = []
+    for node in (0, 1):
+        folder = tmp_path / f"node{node}"
+        folder.mkdir(exist_ok=True)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "WEMASK_CACHE": str(folder / "cache")}
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node), "--nproc_per_node", "1",
+               "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", "wemask_cli", *args]
+        procs.append(subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    return [(proc.wait(timeout=600), proc.stdout.read()) for proc in procs]
+
+
+def wemask_lines(log: str) -> list[str]:
+    return [line for line in log.splitlines() if line.startswith("wemask:")]
+
+
+def test_resume_across_nodes_without_a_shared_folder_stops_with_one_line_per_side(tmp_path, tiny_model_dir):
+    train = ["sft", "--model", tiny_model_dir, "--dataset", str(ROOT / "data" / "sft_chat.jsonl"), "-o", "out", "-r", "0.3",
+             "--me-layer", "1", "--per-device-train-batch-size", "2", "--max-length", "64", "--logging-steps", "1", "--save-steps", "1"]
+    (code0, log0), (code1, log1) = two_nodes(tmp_path, [*train, "--max-steps", "2"])
+    assert code0 == code1 == 0, log0[-3000:] + log1[-3000:]
+    node0, node1 = tmp_path / "node0" / "out", tmp_path / "node1" / "out"
+    assert (node0 / "metrics.json").is_file() and (node0 / "checkpoint-2" / "wemask_run.json").is_file()
+    assert sorted(p.name for p in (node1 / "checkpoint-2").iterdir()) == ["rng_state_1.pth"]  # all node 1 writes
+    assert sum(line.startswith("wemask: saved to") for line in wemask_lines(log0)) == 1 and wemask_lines(log1) == []
+
+    (node0 / "metrics.json").unlink()  # as if the run had been killed after its last checkpoint
+    (code0, log0), (code1, log1) = two_nodes(tmp_path, [*train, "--max-steps", "3", "--resume"])
+    assert code0 != 0 and code1 != 0
+    assert wemask_lines(log0) == [
+        "wemask: error: --resume: rank 0 resumes from out/checkpoint-2, which rank(s) 1 cannot read: the output folder must "
+        "be on a file system all nodes share (or every node must hold the same checkpoints)"
+    ], log0[-3000:]
+    assert wemask_lines(log1) == [
+        "wemask: error: rank 1: --resume: out/checkpoint-2, the checkpoint rank 0 resumes from, is not readable on this node "
+        "(no trainer_state.json)"
+    ], log1[-3000:]
+    assert "Connection closed by peer" not in log0 + log1

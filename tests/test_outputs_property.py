@@ -1,0 +1,120 @@
+"""A property test: any sequence of runs (new, --resume, --overwrite; -o relative, absolute, `.` or a symlink),
+user edits (files and folders in the run folder, edited manifest entries, symlinks out of it) never loses a user
+byte. The training step is a stub writing like a trainer does (checkpoints through begin/end, the final save through
+writing()); the claim and the manifest code are the real ones."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from wemask_cli.errors import WeMaskError
+from wemask_cli.outputs import MANIFEST_NAME, claim_output_dir
+
+FORMS = ("relative", "absolute", "dot", "symlink")
+USER_PATHS = ("notes.txt", "runs/notes.txt", "checkpoint-1/mine.txt", "sub/deep/x.txt", "eval/mine.txt", "metrics.json")
+
+
+def stub_run(base: Path, form: str, *, overwrite: bool, resume: bool) -> None:
+    """A training run of two checkpoints and a final save, through the real claim."""
+    folder = base / "runs" / "x"
+    arg, cwd = {"relative": ("runs/x", base), "absolute": (str(folder), base), "dot": (".", folder),
+                "symlink": ("link", base)}[form]  # fmt: skip
+    if form == "dot":
+        folder.mkdir(parents=True, exist_ok=True)
+    with contextlib.chdir(cwd), claim_output_dir(arg, overwrite=overwrite, resume=resume, kind="sft", resumable=True) as claim:
+        out = Path(arg)
+        if resume and (out / "metrics.json").exists():
+            raise WeMaskError("--resume: a finished run")  # as train.checkpoints.resume_checkpoint refuses
+        claim.clear()
+        done = [int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit()]
+        for step in (max(done, default=0) + 1, max(done, default=0) + 2):
+            name = f"checkpoint-{step}"
+            claim.begin(creating=name)
+            (out / name).mkdir(exist_ok=True)
+            (out / name / "state.json").write_text(json.dumps({"step": step}))
+            (out / "README.md").write_text(f"model card at {step}")  # a library writing next to the checkpoint
+            claim.end()
+        with claim.writing():
+            (out / "model.bin").write_bytes(os.urandom(8))
+            (out / "metrics.json").write_text("{}")
+
+
+def user_write(folder: Path, rel: str, data: bytes, user: dict) -> None:
+    path = folder / rel
+    if path.is_symlink() or any(p.is_symlink() or p.is_file() for p in list(path.parents)[: len(Path(rel).parts) - 1]):
+        return  # not through a link, not under a file (over one of wemask's files is an edit: kept)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    user[str(path)] = data
+
+
+def edit_manifest(folder: Path, how: int) -> None:
+    path = folder / MANIFEST_NAME
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if not isinstance(data, dict):
+        return
+    edits = [
+        lambda d: d.__setitem__("written", "notes.txt"),
+        lambda d: d.setdefault("written", []).append("notes.txt") if isinstance(d.get("written"), list) else None,
+        lambda d: d.setdefault("files", {}).__setitem__("notes.txt", {"size": 3, "mtime_ns": 1}),
+        lambda d: d.setdefault("files", {}).__setitem__("../outside/precious.txt", {"size": 8, "mtime_ns": 1}),
+        lambda d: d.setdefault("dirs", []).extend(["sub", "..", "."]),
+        lambda d: d.__setitem__("files", ["notes.txt"]),
+    ]
+    edits[how % len(edits)](data)
+    path.write_text(json.dumps(data))
+
+
+run_op = st.tuples(st.just("run"), st.sampled_from(FORMS), st.booleans(), st.booleans())
+file_op = st.tuples(st.just("file"), st.sampled_from(USER_PATHS), st.binary(min_size=1, max_size=8))
+other_op = st.tuples(st.sampled_from(["manifest", "symlink", "replace-checkpoint", "user-dir"]), st.integers(0, 11))
+ops = st.lists(st.one_of(run_op, run_op, file_op, other_op), min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops)
+def test_no_sequence_of_runs_and_edits_loses_a_user_byte(sequence):
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp) / "work"
+        folder, outside = base / "runs" / "x", Path(tmp) / "outside"
+        base.mkdir()
+        outside.mkdir()
+        (outside / "precious.txt").write_bytes(b"precious")
+        user = {str(outside / "precious.txt"): b"precious"}
+        (base / "link").symlink_to(folder, target_is_directory=True)
+        for op in sequence:
+            apply(op, base, folder, outside, user)
+            for path, data in user.items():
+                assert Path(path).read_bytes() == data, (path, sequence)
+
+
+def apply(op, base: Path, folder: Path, outside: Path, user: dict) -> None:
+    kind = op[0]
+    if kind == "run":
+        with contextlib.suppress(WeMaskError):
+            stub_run(base, op[1], overwrite=op[2], resume=op[3])
+    elif not folder.is_dir():
+        return
+    elif kind == "file":
+        user_write(folder, op[1], op[2], user)
+    elif kind == "manifest":
+        edit_manifest(folder, op[1])
+    elif kind == "symlink" and not os.path.lexists(folder / f"link{op[1]}"):
+        (folder / f"link{op[1]}").symlink_to(outside if op[1] % 2 else outside / "precious.txt")
+    elif kind == "replace-checkpoint" and (folder / "checkpoint-1").is_dir() and not (folder / "checkpoint-1").is_symlink():
+        if not any(p.startswith(str(folder / "checkpoint-1") + os.sep) for p in user):
+            shutil.rmtree(folder / "checkpoint-1")
+            (folder / "checkpoint-1").symlink_to(outside, target_is_directory=True)
+    elif kind == "user-dir":
+        (folder / f"mine{op[1]}").mkdir(exist_ok=True)

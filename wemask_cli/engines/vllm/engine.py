@@ -1,0 +1,150 @@
+"""`--engine vllm`: a vLLM engine in this process, with the calls `wemask infer` and `wemask eval` make.
+
+`load_vllm()` checks everything it can before any model loads (vLLM present, the folder's saved remedies and
+mask, the architecture, the flags), resolves the mask configs, then starts vLLM. The engine object stands where
+a transformers model stands elsewhere (`LoadedModel.model`): `use_mask(config)` installs a WeMask for the
+duration of a block, `token_logprobs` scores prompts (vLLM prompt log-probabilities), `generate_ids` generates.
+Everything runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so the mask can change between settings.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+
+from ...method.config import WeMaskConfig
+from .mask import VllmEngineError, check_config, install_wemask
+from .support import check_folder_architecture, require_vllm, saved_wemask_for_vllm, version_warning
+
+ENGINE = "vllm"
+
+
+class VllmEngine:
+    """One vLLM `LLM` over a model folder, armed for WeMask (the mask changes in place, also when compiled)."""
+
+    engine_name = ENGINE
+
+    def __init__(self, source: str, dtype: str, seed: int = 0, enforce_eager: bool | None = None):
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # apply_model runs our functions in-process
+        os.environ["WEMASK_VLLM_ARM"] = "1"
+        import torch
+        from vllm import LLM
+
+        from .plugin import register
+
+        register()  # also when the entry point is not installed (an editable checkout run from source)
+        if enforce_eager is None:
+            enforce_eager = os.environ.get("WEMASK_VLLM_EAGER", "1" if not torch.cuda.is_available() else "0") == "1"
+        self.llm = LLM(model=source, dtype=dtype, seed=seed, enforce_eager=enforce_eager)
+        model_config = self.llm.llm_engine.model_config
+        self.config = SimpleNamespace(max_position_embeddings=model_config.max_model_len)
+        self.dtype = model_config.dtype
+        self.engine_versions = {"vllm": require_vllm().__version__}  # recorded in eval provenance
+        self.current: WeMaskConfig | None = None
+
+    def install(self, config: WeMaskConfig | None) -> WeMaskConfig | None:
+        """Install `config` (None: no mask) in every worker; cached prefixes computed under another mask are dropped."""
+        installed = self.llm.apply_model(lambda model: install_wemask(model, config))[0]
+        self.llm.reset_prefix_cache()
+        self.current = installed.config if config is not None else None
+        return self.current
+
+    @contextmanager
+    def use_mask(self, config: WeMaskConfig | None):
+        """Install `config` for a block (yields the resolved config, dims recorded); no mask afterwards."""
+        try:
+            yield self.install(config)
+        finally:
+            self.install(None)
+
+    def token_logprobs(self, sequences: list[list[int]]) -> list:
+        """For each sequence, log p(token t | tokens < t) for t = 1..len-1 (float32 CPU tensors), from vLLM's
+        prompt log-probabilities; like scoring.token_logprobs."""
+        import torch
+        from vllm import SamplingParams, TokensPrompt
+
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(s)) for s in sequences], params, use_tqdm=False)
+        scores = []
+        for sequence, output in zip(sequences, outputs):
+            found = output.prompt_logprobs[1:]
+            scores.append(torch.tensor([step[token].logprob for step, token in zip(found, sequence[1:])], dtype=torch.float32))
+        return scores
+
+    def generate_ids(self, encoded: list[list[int]], *, max_new_tokens: int, temperature: float, top_p: float,
+                     seed: int) -> list[list[int]]:
+        """New token ids per prompt: greedy at temperature 0, else sampled with a per-prompt seed."""
+        from vllm import SamplingParams, TokensPrompt
+
+        sampling = temperature > 0
+        params = [
+            SamplingParams(max_tokens=max_new_tokens, temperature=temperature if sampling else 0.0,
+                           top_p=top_p if sampling else 1.0, seed=seed * 100_003 + index if sampling else None,
+                           detokenize=False)
+            for index in range(len(encoded))
+        ]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(ids)) for ids in encoded], params, use_tqdm=False)
+        return [list(output.outputs[0].token_ids) for output in outputs]
+
+
+def check_request(request, source: str) -> WeMaskConfig | None:
+    """Before any model loads: vLLM present, the folder's saved mask and remedies, the flags. Returns the saved mask."""
+    vllm = require_vllm()
+    warning = version_warning(vllm.__version__)
+    if warning:
+        print(warning, file=sys.stderr)
+    if (Path(source) / "adapter_config.json").is_file():
+        raise VllmEngineError(
+            f"{source} is a LoRA adapter folder: the vLLM engine loads full model folders; merge the adapter into "
+            "its base model (PEFT merge_and_unload + save_pretrained) or use --engine transformers"
+        )
+    saved = saved_wemask_for_vllm(source)
+    probe = WeMaskConfig(mask_rate=0.0, **request.overrides())
+    if probe.tokens == "massive" or probe.select == "activation":
+        check_config(probe.with_updates(mask_rate=1.0, me_layer=0))
+    if request.rates and any(rate > 0 for rate in request.rates) or (saved is not None and saved.active):
+        check_folder_architecture(source)
+    return saved
+
+
+def vllm_dtype(dtype: str) -> str:
+    """wemask's --dtype for vLLM: auto means float32 on the CPU (as the transformers engine does)."""
+    import torch
+
+    if dtype == "auto":
+        return "auto" if torch.cuda.is_available() else "float32"
+    return dtype
+
+
+def load_vllm(spec: str | None, dtype: str, request, mode: str | None = None):
+    """(LoadedModel whose model is a VllmEngine, the mask configs to run). `--me-layer auto` locates the ME layer
+    with the transformers model first (cached per model), then frees it."""
+    from ...models import LoadedModel, load_model, resolve_dtype, resolve_source, saved_run
+
+    source = resolve_source(spec)
+    resolve_dtype(dtype)  # the same one-line error for a bad --dtype
+    check_request(request, source)
+    plain = LoadedModel(model=None, tokenizer=None, source=source, saved=saved_run(source))
+    if request.effective_me_layer(plain.saved_wemask) == "auto":
+        plain = load_model(source, dtype=dtype, interventions=False)
+    configs = request.configs(plain, mode)
+    for config in configs:
+        if config is not None:
+            check_config(config)
+    tokenizer = plain.tokenizer or tokenizer_of(source)
+    del plain
+    engine = VllmEngine(source, vllm_dtype(dtype))
+    return LoadedModel(model=engine, tokenizer=tokenizer, source=source, saved=saved_run(source)), configs
+
+
+def tokenizer_of(source: str):
+    """The Hugging Face tokenizer of the folder (pad = eos when it has none), as load_model sets it."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer

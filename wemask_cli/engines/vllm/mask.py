@@ -1,0 +1,182 @@
+"""WeMask inside a loaded vLLM model, as a plain tensor operation (works eager and under vLLM's torch.compile).
+
+Each decoder layer's attention module gets a subclass whose forward first computes
+
+    hidden_states * torch.where((positions == 0)[:, None], wemask_keep, 1.0)
+
+and then runs the original forward. `wemask_keep` is a non-persistent buffer (1 - strength at the masked dims,
+1 elsewhere). vLLM has no padding and restarts `positions` at 0 for each sequence, so `positions == 0` is each
+sequence's first real token. The buffer is installed on every layer and later changes are written into it in
+place, so a graph compiled once keeps reading the current mask (x * 1 is exact: unmasked layers are untouched).
+
+The dims come from wemask_cli.method.mask.resolve_dims (the transformers engine's own selection), through
+LayerParts built for vLLM's layer layout (fused gate_up_proj). Imports torch only: vllm itself is not needed
+to install the mask on a model object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ...errors import WeMaskError
+from ...method.arch import ArchSpec, LayerParts
+from ...method.config import WeMaskConfig
+from ...method.mask import resolve_dims
+
+BUFFER = "wemask_keep"
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+VLLM_LAYOUT = ArchSpec(up=None, gate=None, gate_up="gate_up_proj")  # vLLM fuses gate and up into gate_up_proj
+_MASKED_CLASSES: dict[type, type] = {}
+
+
+class VllmEngineError(WeMaskError):
+    """Something the vLLM engine cannot do (one line on the CLI, naming the transformers path when there is one)."""
+
+
+def masked_class(base: type) -> type:
+    """`base` with the first token's attention input masked: a tensor op on positions, no hook (one subclass per
+    attention class, so torch.compile traces plain code)."""
+    if base not in _MASKED_CLASSES:
+
+        def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor, **kwargs):
+            keep = getattr(self, BUFFER).to(hidden_states.dtype)
+            hidden_states = hidden_states * torch.where((positions == 0).unsqueeze(-1), keep, 1.0)
+            return base.forward(self, positions=positions, hidden_states=hidden_states, **kwargs)
+
+        _MASKED_CLASSES[base] = type(f"WeMasked{base.__name__}", (base,), {"forward": forward})
+    return _MASKED_CLASSES[base]
+
+
+def vllm_layer_parts(model: nn.Module) -> list[LayerParts]:
+    """Each decoder layer's parts in a vLLM causal LM of a supported architecture, or a VllmEngineError."""
+    name = type(model).__name__
+    if name not in SUPPORTED_ARCHITECTURES:
+        raise VllmEngineError(unsupported_architecture(name))
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
+        raise VllmEngineError(f"cannot find the decoder layers of the vLLM model {name}: {unsupported_architecture(name)}")
+    parts = []
+    for index, layer in enumerate(layers):
+        modules = {role: getattr(layer, attr, None) for role, attr in
+                   (("attention", "self_attn"), ("attn_norm", "input_layernorm"),
+                    ("ffn_norm", "post_attention_layernorm"), ("ffn", "mlp"))}  # fmt: skip
+        if any(module is None for module in modules.values()):
+            raise VllmEngineError(
+                f"layer {index} of the vLLM model {name} has no attention or norms here (pipeline parallel?): "
+                "the vLLM engine masks with tensor parallelism only; use --pipeline-parallel-size 1"
+            )
+        parts.append(LayerParts(index=index, layer=layer, post_ffn_norm=None, spec=VLLM_LAYOUT, **modules))
+    return parts
+
+
+def unsupported_architecture(name: str) -> str:
+    return (
+        f"the vLLM engine supports {', '.join(SUPPORTED_ARCHITECTURES)}, not {name}: use --engine transformers "
+        "(which covers every architecture wemask supports)"
+    )
+
+
+def check_config(config: WeMaskConfig) -> None:
+    """Refuse what vLLM cannot run, in one line naming the transformers path."""
+    if config.tokens == "massive":
+        raise VllmEngineError(
+            "tokens='massive' picks tokens from each layer's residual input, which the vLLM engine does not see: "
+            "use --engine transformers for --tokens massive, or --tokens first with vLLM"
+        )
+    if config.active and config.select == "activation" and config.dims is None:
+        raise VllmEngineError(
+            "select='activation' needs a calibration forward that the vLLM engine does not run: use --engine "
+            "transformers, or a saved run whose wemask_config.json records its dims"
+        )
+
+
+@dataclass
+class InstalledMask:
+    """What install_wemask put on a vLLM model: the resolved config (dims recorded) and the layers it masks."""
+
+    config: WeMaskConfig
+    masked_layers: list[int]
+
+
+def install_wemask(model: nn.Module, config: WeMaskConfig | None) -> InstalledMask:
+    """Install `config` into a loaded vLLM model (as given to `llm.apply_model(fn)`), replacing any mask there.
+
+    Same dims, layers, strength and selector as the transformers hook; recorded `config.dims` are checked
+    against the model and reused. `None` or an inactive config (r = 0) leaves the output exactly as without a
+    mask. Call it again at any time: on an armed model (see `arm`) the values are written in place, which a
+    graph vLLM already compiled keeps reading.
+    """
+    config = config or WeMaskConfig()
+    check_config(config)
+    parts = vllm_layer_parts(model)
+    if not config.active:
+        for part in parts:
+            if hasattr(part.attention, BUFFER):
+                getattr(part.attention, BUFFER).fill_(1.0)
+        return InstalledMask(config.with_updates(dims=None), [])
+    layers = config.layer_indices(len(parts))
+    dims = resolve_dims(config, parts, layers, None, model)
+    arm(model)
+    for part in parts:
+        keep = getattr(part.attention, BUFFER)
+        keep.fill_(1.0)
+        if part.index in dims:
+            keep[torch.tensor(dims[part.index], dtype=torch.long, device=keep.device)] = 1.0 - float(config.strength)
+    return InstalledMask(config.with_updates(dims=dims), layers)
+
+
+def arm(model: nn.Module) -> None:
+    """Put the masked forward on every layer with an all-ones `keep` (output unchanged), once.
+
+    Refused on a model vLLM has already compiled: its graph would never run the new code, and the mask
+    would be silently ignored.
+    """
+    parts = vllm_layer_parts(model)
+    if all(hasattr(part.attention, BUFFER) for part in parts):
+        return
+    if is_compiled(model):
+        raise VllmEngineError(
+            "this vLLM model was compiled before WeMask was armed, so a mask installed now would be ignored: set "
+            "WEMASK_VLLM_ARM=1 before creating the LLM (the wemask plugin then arms it at load), load a run folder "
+            "that carries its wemask_config.json, or pass enforce_eager=True"
+        )
+    for part in parts:
+        weight = part.attn_norm.weight
+        part.attention.register_buffer(BUFFER, torch.ones_like(weight), persistent=False)
+        part.attention.__class__ = masked_class(type(part.attention))
+
+
+def is_compiled(model: nn.Module) -> bool:
+    """Whether vLLM's torch.compile wrapper (support_torch_compile) has compiled or loaded a graph for `model`."""
+    return any(
+        getattr(module, "compiled", False) is True or getattr(module, "aot_compiled_fn", None) is not None
+        for module in (model, getattr(model, "model", None))
+    )
+
+
+def remove_wemask(model: nn.Module) -> int:
+    """Take the mask out of a vLLM model (original classes, no buffer); returns how many layers had it.
+
+    Do not call it after vLLM compiled the model (the compiled graph keeps the masked code): install an
+    inactive config instead, which makes every layer exact.
+    """
+    removed = 0
+    for part in vllm_layer_parts(model):
+        if hasattr(part.attention, BUFFER):
+            part.attention.__class__ = type(part.attention).__mro__[1]
+            delattr(part.attention, BUFFER)
+            removed += 1
+    return removed
+
+
+def current_mask(model: nn.Module) -> dict[int, list[int]]:
+    """{layer: masked dims} as the model holds them now (dims whose keep is below 1)."""
+    found = {}
+    for part in vllm_layer_parts(model):
+        keep = getattr(part.attention, BUFFER, None)
+        if keep is not None and bool((keep < 1).any()):
+            found[part.index] = torch.nonzero(keep < 1).flatten().tolist()
+    return found

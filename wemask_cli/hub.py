@@ -1,0 +1,57 @@
+"""The Hugging Face Hub, reached or not: one quick check before anything is fetched from it.
+
+Without it, an unreachable hub costs a minute of retries (five HEAD requests with growing back-off) before the
+real message. With HF_HUB_OFFLINE=1 set, or when one TCP connection to the hub fails within a few seconds, the
+process goes offline (cached copies only, as HF_HUB_OFFLINE=1 does) and says so once; a copy that is not cached
+then fails at once. Importing this module imports neither torch nor the hub libraries.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import sys
+from urllib.parse import urlparse
+
+from . import progress
+
+CHECK_SECONDS = 3.0
+TRUE = {"1", "true", "yes", "on"}
+
+
+def offline_requested() -> bool:
+    """HF_HUB_OFFLINE (or the older TRANSFORMERS_OFFLINE) is set to a true value."""
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    return value.strip().lower() in TRUE
+
+
+@functools.cache
+def hub_reachable() -> bool:
+    """One TCP connection to the hub's endpoint (HF_ENDPOINT, default huggingface.co), within CHECK_SECONDS."""
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        socket.create_connection((endpoint.hostname or "huggingface.co", port), timeout=CHECK_SECONDS).close()
+    except OSError:
+        return False
+    return True
+
+
+def before_hub_fetch(what: str) -> None:
+    """Call before `what` (e.g. "--model org/name") is fetched from the hub: go offline when the hub is out of reach."""
+    if offline_requested():
+        return
+    if hub_reachable():
+        return
+    go_offline()
+    progress.warn(f"{what}: the Hugging Face Hub is not reachable, so only cached copies are used (as with HF_HUB_OFFLINE=1)")
+
+
+def go_offline() -> None:
+    """HF_HUB_OFFLINE=1 for this process, also in the hub libraries already imported (they read it at import)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    for module, attribute in (("huggingface_hub.constants", "HF_HUB_OFFLINE"), ("datasets.config", "HF_HUB_OFFLINE"),
+                              ("datasets.config", "HF_DATASETS_OFFLINE")):
+        if module in sys.modules and hasattr(sys.modules[module], attribute):
+            setattr(sys.modules[module], attribute, True)

@@ -1,0 +1,35 @@
+"""Output folders and files: claimed before any work, nothing of the user's ever deleted, JSON always strict.
+
+    with claim_output_dir(path, overwrite=..., resume=..., kind="sft") as claim:   # before loading anything
+        ...                                                                        # check every input
+        claim.clear()                                                              # --overwrite deletes here
+        ...; claim.record("metrics.json")                                          # what wemask just wrote
+
+A claimed folder holds a lock `.wemask.lock` while the command runs and a manifest `.wemask-manifest.json` naming
+each file wemask wrote there (relative to the folder, with its size and mtime) and each folder it created. A
+non-empty folder is refused unless --overwrite (or --resume). --overwrite is checked at the claim (refused, naming
+them, while the folder holds anything wemask cannot show it wrote) and deletes later, only the recorded files
+still as wemask wrote them, never the folder itself, never through a symlink; another wemask command's folder
+inside (its own manifest) is kept. A folder a failed command created is removed again while still empty.
+Torch-free.
+"""
+
+from .claim import OutputClaim, claim_output_dir, read_manifest, record_written
+from .files import (
+    atomic_write_json,
+    atomic_write_text,
+    check_inputs_outside,
+    check_output_file,
+    check_writable,
+    describe_os_error,
+    dumps_strict,
+    strict_json,
+)
+from .lock import UNREADABLE_LOCK_GRACE_S
+from .manifest import LOCK_NAME, MANIFEST_NAME, OURS, Manifest
+
+__all__ = [
+    "LOCK_NAME", "MANIFEST_NAME", "OURS", "UNREADABLE_LOCK_GRACE_S", "Manifest", "OutputClaim", "atomic_write_json",
+    "atomic_write_text", "check_inputs_outside", "check_output_file", "check_writable", "claim_output_dir",
+    "describe_os_error", "dumps_strict", "read_manifest", "record_written", "strict_json",
+]

@@ -1,0 +1,207 @@
+"""Claiming an output folder: a lock, a manifest written through as wemask writes, the old output cleared only
+after the command's inputs are checked, and a folder the command created removed again when it fails. Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import WeMaskError
+from ..progress import is_main_process, say
+from .files import check_writable, describe_os_error
+from .lock import remove_quietly, take_lock
+from .manifest import MANIFEST_NAME, OURS, Manifest, Plan, Snapshot
+
+
+def _listing(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _entries(folder: Path) -> list[str]:
+    return sorted(child.name for child in folder.iterdir() if child.name not in OURS)
+
+
+class OutputClaim:
+    """A claimed output folder. `record(name)` adds what wemask just wrote (names relative to the folder, or
+    absolute paths inside it); `writing()` records what changes in it during the block; `clear()` does
+    --overwrite's deletion (first `record` does it too); leaving the `with` block releases the lock."""
+
+    def __init__(self, path: Path, lock_path: Path | None = None, token: str | None = None):
+        self.path, self.lock_path, self.token = path, lock_path, token
+        self.manifest = Manifest(path)
+        self.plan: Plan | None = None  # --overwrite's deletion, pending until clear()
+        self.created: list[Path] = []  # folders this claim created, deepest first
+        self.claimed = False  # the folder passed the claim's checks: the manifest is ours to write
+        self._before: Snapshot | None = None  # the folder when the current save began
+
+    @property
+    def active(self) -> bool:
+        return self.lock_path is not None
+
+    def relative(self, path) -> str:
+        return self.manifest.name_of(path)
+
+    def record(self, *paths) -> None:
+        if self.active:
+            self.clear()
+            for path in paths:
+                self.manifest.add(self.relative(path))
+            self.manifest.save()
+
+    @contextmanager
+    def writing(self):
+        """Record every file created or changed in the folder while the block runs (a save whose file names the
+        library chooses)."""
+        self.begin()
+        try:
+            yield self
+        finally:
+            self.end()
+
+    def begin(self, creating: str | None = None) -> None:
+        """wemask starts a save; `creating` names a folder the save creates (checkpoint-N), known as wemask's even
+        if the save is killed midway."""
+        if not self.active:
+            return
+        self.clear()
+        if creating is not None and not os.path.lexists(self.path / self.relative(creating)):
+            self.manifest.folders.add(self.relative(creating))
+            self.manifest.save()
+        self._before = self.manifest.snapshot()
+
+    def end(self) -> None:
+        """The save is done: what is new or changed in the folder since begin() is recorded."""
+        if self.active and self._before is not None:
+            self.manifest.add_changes("", self._before)
+            self.manifest.save()
+        self._before = None
+
+    def clear(self) -> None:
+        """--overwrite: delete the previous output, each file checked against the manifest; keep (and name) the rest."""
+        plan, self.plan = self.plan, None
+        if plan is None or not self.active:
+            return
+        fresh = self.manifest.plan()  # again: the folder may have changed since the claim
+        if plan.nested:
+            say(f"--overwrite: keeping {_listing(plan.nested)} in {self.path}: written by another wemask command")
+        if fresh.files or fresh.folders:
+            say(f"--overwrite: deleting the previous output in {self.path} ({_listing(self.manifest.top_names())})")
+        try:
+            kept = fresh.kept + self.manifest.delete(fresh)
+        except OSError as err:
+            raise WeMaskError(f"--overwrite: could not delete the previous output in {self.path}: {describe_os_error(err)}") from None
+        if kept:
+            say(f"--overwrite: kept {_listing(kept)} in {self.path}: not written by wemask, or changed since")
+        self.manifest = Manifest(self.path)
+        self.manifest.save()
+
+    def release(self, failed: bool = False) -> None:
+        """Release the lock (only ours, by token); a failed command's folder that is still empty is removed."""
+        if not self.active:
+            return
+        try:
+            if self.claimed and self.path.is_dir():
+                self.manifest.prune()
+                self.manifest.save()
+        finally:
+            try:
+                if json.loads(self.lock_path.read_text()).get("token") == self.token:
+                    self.lock_path.unlink()
+            except (OSError, ValueError, AttributeError):
+                pass
+            self.lock_path = None
+        if failed and self.created and not _entries(self.path) and not self.manifest.top_names():
+            self._remove_created()
+
+    def _remove_created(self) -> None:
+        remove_quietly(self.path / MANIFEST_NAME)
+        for folder in self.created:
+            try:
+                folder.rmdir()
+            except OSError:
+                return
+
+    def __enter__(self) -> "OutputClaim":
+        return self
+
+    def __exit__(self, kind, value, tb) -> None:
+        self.release(failed=kind is not None)
+
+
+def claim_output_dir(
+    path, *, overwrite: bool, resume: bool = False, kind: str, flag: str = "--output-dir", resumable: bool = False
+) -> OutputClaim:
+    """Claim `path` for a command that writes a folder (see the package docstring). `kind` names the command in the
+    lock; `resume` keeps the folder's contents (the caller checks what to resume from); `resumable`: the refusal of a
+    non-empty folder mentions --resume. With `overwrite` the folder is checked now and cleared by `claim.clear()`
+    (or the first record), after the command has checked its inputs. On a non-main process of a distributed run:
+    no lock, no changes (the main process claims; callers wait on a barrier)."""
+    folder = Path(path).expanduser()
+    check_writable(folder, is_dir=True, flag=flag)
+    if not is_main_process():
+        return OutputClaim(folder)
+    created = [p for p in (folder.absolute(), *folder.absolute().parents) if not os.path.lexists(p)]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise WeMaskError(f"{flag} {folder}: {describe_os_error(err)}") from None
+    lock_path, token = take_lock(folder, kind)
+    claim = OutputClaim(folder, lock_path, token)
+    claim.created = created
+    try:
+        claim.manifest = Manifest.read(folder) or Manifest(folder)
+        entries = _entries(folder)
+        if entries and not resume and overwrite:
+            claim.plan = _plan_overwrite(claim.manifest, folder)
+        elif entries and not resume:
+            _refuse_non_empty(claim.manifest, folder, entries, flag, resumable)
+        claim.claimed = True
+        claim.manifest.save()
+    except BaseException:
+        claim.release(failed=True)
+        raise
+    return claim
+
+
+def _refuse_non_empty(manifest: Manifest, folder: Path, entries: list[str], flag: str, resumable: bool) -> None:
+    ours = bool(manifest.top_names())
+    plan = manifest.plan()
+    what = "the output of an earlier wemask run" if ours and not plan.kept else f"files ({_listing(entries)})"
+    resume = " --resume to continue it," if resumable and ours else ""
+    raise WeMaskError(f"{flag} {folder} is not empty (it holds {what}): pass{resume} --overwrite to replace it, or choose another folder")
+
+
+def _plan_overwrite(manifest: Manifest, folder: Path) -> Plan:
+    """--overwrite, checked before anything is deleted: refused while the folder holds anything wemask cannot show
+    it wrote (a file of the user's, a file changed since), except other wemask commands' folders (kept)."""
+    plan = manifest.plan()
+    if plan.kept and not manifest.top_names():
+        raise WeMaskError(
+            f"--overwrite: {folder} holds files wemask did not write ({_listing(plan.kept)}): refusing to delete anything; "
+            "choose another folder or move them away"
+        )
+    if plan.kept:
+        raise WeMaskError(
+            f"--overwrite: {folder} also holds files wemask did not write ({_listing(plan.kept)}): they would be left "
+            "among the new run's files, so nothing was deleted; move them away or choose another folder"
+        )
+    return plan
+
+
+def record_written(folder, *paths) -> None:
+    """Add `paths` (relative to `folder`, or absolute inside it) to the manifest of a folder not claimed here."""
+    manifest = Manifest.read(folder) or Manifest(Path(folder).expanduser())
+    for path in paths:
+        manifest.add(manifest.name_of(path))
+    manifest.save()
+
+
+def read_manifest(folder) -> list[str] | None:
+    """The top-level names wemask recorded in `folder` (None: no manifest, or one that cannot be trusted)."""
+    manifest = Manifest.read(folder)
+    return None if manifest is None else manifest.top_names()
+

@@ -1,0 +1,96 @@
+"""The lock `.wemask.lock` of a claimed folder: created with O_EXCL (pid, host, command, start time, token); a
+second claimant is refused naming the running command; a lock whose process is gone (same host), or whose pid is
+not a valid one, is explained and taken over. Torch-free."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from ..errors import WeMaskError
+from ..progress import warn
+from .files import describe_os_error, quiet
+from .manifest import LOCK_NAME
+
+UNREADABLE_LOCK_GRACE_S = 60.0  # a lock file still empty after this long was torn by a killed process
+MAX_PID = 2**31 - 1  # what os.kill accepts (a C int); larger numbers raise OverflowError
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _describe(lock: dict) -> str:
+    command = lock.get("command") or lock.get("kind") or "a wemask command"
+    return f"`{command}` (pid {lock.get('pid')} on {lock.get('host')}, started {lock.get('started')})"
+
+
+def take_lock(folder: Path, kind: str) -> tuple[Path, str]:
+    """Create the lock with O_EXCL; explain and replace a stale one; refuse a live one. Returns (path, token)."""
+    lock_path = folder / LOCK_NAME
+    token = uuid.uuid4().hex
+    content = json.dumps({
+        "pid": os.getpid(), "host": socket.gethostname(), "kind": kind, "command": " ".join(sys.argv),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "token": token,
+    })
+    for _ in range(3):
+        try:
+            fd = os.open(lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            _judge_existing_lock(lock_path)  # raises for a live lock; removes a stale one
+            continue
+        except OSError as err:
+            raise WeMaskError(f"could not claim {folder}: {describe_os_error(err)}") from None
+        with os.fdopen(fd, "w") as handle:
+            handle.write(content)
+        return lock_path, token
+    raise WeMaskError(f"{folder} is being claimed by another command at the same moment: try again")
+
+
+def _judge_existing_lock(lock_path: Path) -> None:
+    """A lock already there: refuse when its run may be alive; explain and remove it when it is not."""
+    try:
+        lock = json.loads(lock_path.read_text())
+        if not isinstance(lock, dict):
+            raise ValueError
+    except FileNotFoundError:
+        return  # released meanwhile
+    except (OSError, ValueError):
+        age = time.time() - lock_path.stat().st_mtime if lock_path.exists() else 0
+        if age < UNREADABLE_LOCK_GRACE_S:
+            raise WeMaskError(f"{lock_path.parent} is being claimed by another wemask command: wait for it, or use another folder") from None
+        warn(f"{lock_path.parent}: removing an unreadable lock left by a killed command ({LOCK_NAME}, {age:.0f} s old)")
+        remove_quietly(lock_path)
+        return
+    pid = lock.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid <= MAX_PID:
+        warn(f"{lock_path.parent} holds a lock with no valid process id ({pid!r}): it cannot belong to a running "
+             "command; taking the folder over; its files are kept")
+        remove_quietly(lock_path)
+        return
+    same_host = lock.get("host") == socket.gethostname()
+    if same_host and not _pid_alive(pid):
+        warn(
+            f"{lock_path.parent} was locked by {_describe(lock)}, which is no longer running (killed or crashed): "
+            "taking the folder over; its files are kept"
+        )
+        remove_quietly(lock_path)
+        return
+    where = "" if same_host else f"; if that run is gone, delete {lock_path}"
+    raise WeMaskError(f"{lock_path.parent} is in use by {_describe(lock)}: wait for it to finish or choose another folder{where}")
+
+
+def remove_quietly(path: Path) -> None:
+    with quiet():
+        path.unlink()

@@ -1,0 +1,190 @@
+"""Several processes started by a launcher (torchrun, accelerate launch): who is main, waiting for one another,
+one answer for all, and one error line for all. Without a launcher (WORLD_SIZE unset or 1) every helper is a no-op.
+
+Torch only when a launcher started this process; `wemask --help` never imports torch from here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from contextlib import contextmanager
+from datetime import timedelta
+
+ERROR_KEY = "wemask/error"  # the main process's fatal error, on the launcher's key-value store
+DONE_KEY = "wemask/done"  # set by the main process when a main-only command ends
+SAME_ERROR_WAIT_S = 5.0  # how long another rank waits to learn whether the main process failed the same way
+_commands = 0  # main-only commands run so far in this process
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def launched() -> bool:
+    """True when a launcher started several processes."""
+    return world_size() > 1
+
+
+def group_ready() -> bool:
+    """The default process group is up (the trainer's, or one joined with `join_group`)."""
+    if not launched():
+        return False
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def join_group() -> None:
+    """Join the launcher's process group (gloo on the CPU, NCCL on GPUs) through accelerate, as the trainers do."""
+    if launched() and not group_ready():
+        import torch
+        from accelerate import PartialState
+
+        PartialState(cpu=not torch.cuda.is_available())
+
+
+def barrier() -> None:
+    if group_ready():
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+@contextmanager
+def main_process_first(local: bool = True):
+    """The block runs on the main process (of each node with `local`) first, the others wait and run it after
+    (finding its result cached). Every process of the group must enter it; a no-op without a process group."""
+    if not group_ready():
+        yield
+        return
+    main = int(os.environ.get("LOCAL_RANK", "0") if local else rank()) == 0
+    if not main:
+        barrier()
+    yield
+    if main:
+        barrier()
+
+
+def from_main(decide: Callable[[], object]):
+    """`decide()` on the main process, its answer sent to every process; an error it raises (a WeMaskError) is
+    raised on every process, so none waits for an answer that never comes."""
+    from .errors import WeMaskError
+
+    if not group_ready():
+        return decide()
+    import torch.distributed as dist
+
+    message = [None, None]
+    if rank() == 0:
+        try:
+            message[0] = decide()
+        except WeMaskError as err:
+            message[1] = str(err)
+    dist.broadcast_object_list(message, src=0)
+    if message[1] is not None:
+        raise WeMaskError(message[1])
+    return message[0]
+
+
+def gather(value) -> list:
+    """Every process's `value`, in rank order (just [value] without a process group)."""
+    if not group_ready():
+        return [value]
+    import torch.distributed as dist
+
+    values = [None] * world_size()
+    dist.all_gather_object(values, value)
+    return values
+
+
+def _store(timeout_s: float):
+    """A client of the launcher's key-value store (torchrun's agent store), or None when there is none."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true" or "MASTER_PORT" not in os.environ:
+        return None
+    import torch.distributed as dist
+
+    try:
+        return dist.TCPStore(
+            os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ["MASTER_PORT"]), is_master=False,
+            timeout=timedelta(seconds=timeout_s), wait_for_workers=False,
+        )
+    except (RuntimeError, ValueError):  # the launcher is gone
+        return None
+
+
+def _key(name: str) -> str:
+    return f"{name}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+
+
+def error_line(message: str) -> str | None:
+    """The line this process prints for a fatal user error: the main process's as is; another rank's only when the
+    main process did not fail with the same message (else None: it is printed once, by the main process), prefixed
+    with the rank."""
+    if not launched():
+        return f"wemask: error: {message}"
+    store = _store(SAME_ERROR_WAIT_S)
+    if rank() == 0:
+        if store is not None:
+            store.set(_key(ERROR_KEY), message)
+        return f"wemask: error: {message}"
+    if store is not None:
+        try:
+            store.wait([_key(ERROR_KEY)], timedelta(seconds=SAME_ERROR_WAIT_S))
+            if store.get(_key(ERROR_KEY)).decode() == message:
+                return None
+        except (RuntimeError, ValueError):  # the main process did not fail (in time), or the launcher is gone
+            pass
+    return f"wemask: error: rank {rank()}: {message}"
+
+
+def peer_lost(err: BaseException) -> bool:
+    """A collective failed because another process of the run stopped (its own error is printed by it)."""
+    text = str(err)
+    return group_ready() and any(s in text for s in ("Connection closed by peer", "Connection reset by peer", "Broken pipe"))
+
+
+def main_only(command: Callable) -> Callable:
+    """Run a command on the main process only; under a launcher the other processes wait until it has ended (on the
+    launcher's store, so a long run is no collective timeout) and write nothing."""
+    import functools
+
+    @functools.wraps(command)
+    def run(*args, **kwargs):
+        if not launched():
+            return command(*args, **kwargs)
+        store = _store(timeout_s=7 * 24 * 3600)
+        if store is None:  # a launcher without torchrun's store (MPI, SLURM env only): a process-group barrier
+            join_group()
+            return _main_only_with_barrier(command, args, kwargs)
+        global _commands
+        _commands += 1  # one key per command run in this process (every rank counts alike)
+        done = _key(f"{DONE_KEY}/{_commands}")
+        if rank() != 0:
+            store.wait([done])
+            if store.get(done) != b"ok":
+                raise SystemExit(2)  # the main process failed and said why
+            return None
+        outcome = "failed"
+        try:
+            result = command(*args, **kwargs)
+            outcome = "ok"
+            return result
+        finally:
+            store.set(done, outcome)
+
+    return run
+
+
+def _main_only_with_barrier(command: Callable, args, kwargs):
+    if rank() != 0:
+        barrier()
+        return None
+    try:
+        return command(*args, **kwargs)
+    finally:
+        barrier()

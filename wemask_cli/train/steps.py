@@ -1,0 +1,31 @@
+"""Training progress for logs: when stderr is not a terminal (TRL's tqdm bar is then unreadable), a plain line
+at every tenth of the run's steps (every step for ten or fewer), with the latest loss and an ETA."""
+
+from __future__ import annotations
+
+import sys
+
+from transformers import TrainerCallback
+
+from ..progress import LineProgress, lines
+
+
+class StepLines(TrainerCallback):
+    """'wemask: training steps: 30/100 (30%), 1 min 2 s elapsed, ETA 2 min 25 s; loss 2.31' in logs."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.counter: LineProgress | None = None
+        self.loss: float | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not self.stream.isatty():
+            self.counter = lines("training steps", state.max_steps, done=state.global_step)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and isinstance(logs.get("loss"), (int, float)):
+            self.loss = logs["loss"]
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.counter is not None:
+            self.counter.update(state.global_step, "" if self.loss is None else f"loss {self.loss:.4g}")
