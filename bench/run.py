@@ -1,8 +1,9 @@
 """`make bench`: run every bench/bench_*.py (each exposes run() -> {figure: value}) and print the figures.
 
 Each benchmark measures with and without WeMask (or a remedy: bench_remedies.py; or simulated quantization in
-eval: bench_quantize.py; or wemask's choice scoring against lm-evaluation-harness's: bench_lm_eval.py) side by side
-in one process and reports ratios.
+eval: bench_quantize.py; or wemask's choice scoring against lm-evaluation-harness's: bench_lm_eval.py; or the mask
+inside vLLM, and vLLM against transformers: bench_vllm.py, skipped without vLLM) side by side in one process and
+reports ratios.
 Results are also written to runs/bench.json. Pass names to run a subset: `python bench/run.py hook locate`.
 """
 

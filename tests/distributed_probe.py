@@ -3,14 +3,16 @@ writes, per rank, what the trainer really ran with, for tests/test_deepspeed.py 
 
     accelerate launch --config_file CFG --num_processes 2 tests/distributed_probe.py PROBE_DIR '[["sft", ...], ...]'
 
-For command i, rank r writes PROBE_DIR/i-r.json at the end of the first step: the dtype a Linear layer computed in,
-and, for each weight matrix, its elements held by this rank (`numel()`, 0 when ZeRO-3 partitioned it away), its
-full size (`ds_numel`) and this rank's partition (`ds_tensor.numel()`).
+For command i, rank r writes its exit code to PROBE_DIR/i-exit-r and, at the end of the first step,
+PROBE_DIR/i-r.json: the dtypes the first Linear layer computed in, and for each weight matrix its elements held by
+this rank when training began (`numel()`: 0 once ZeRO-3 partitioned it away), its full size (`ds_numel`) and this
+rank's partition (`ds_tensor.numel()`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -46,7 +48,6 @@ class Probe(TrainerCallback):
             if name.endswith("weight") and len(getattr(p, "ds_shape", p.shape)) == 2
         }
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.with_name(f"{self.path.name}-{rank}.json").write_text(
             json.dumps({"rank": rank, "output_dir": args.output_dir, "compute_dtypes": sorted(set(self.dtypes)), "weights": weights})
         )
@@ -61,13 +62,14 @@ def probed_run(plain, path: Path):
 
 if __name__ == "__main__":
     probe_dir, commands = Path(sys.argv[1]), json.loads(sys.argv[2])
+    probe_dir.mkdir(parents=True, exist_ok=True)
     original = train_run.run
+    rank = os.environ.get("RANK", "0")
     for index, command in enumerate(commands):
         train_run.run = probed_run(original, probe_dir / str(index))
         sys.argv = ["wemask", *command]
         try:
             main()
         except SystemExit as done:
-            if done.code not in (0, None):
-                raise
+            (probe_dir / f"{index}-exit-{rank}").write_text(str(done.code or 0))
     train_run.run = original

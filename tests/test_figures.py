@@ -13,11 +13,11 @@ from conftest import run_main
 from test_report import eval_document, write_training_run
 
 matplotlib.use("Agg")
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from wemask_cli.render.curve import curve_figure  # noqa: E402
-from wemask_cli.render.locate import locate_figure  # noqa: E402
-from wemask_cli.render.report import report_figure  # noqa: E402
+from wemask_cli.render.curve import curve_figure
+from wemask_cli.render.locate import locate_figure
+from wemask_cli.render.report import report_figure
 
 EMBEDDED_CACHE = "/root/.cache/wemask/models/SmolLM2-135M-Instruct.Q4_1-ab5632ff1665"
 
@@ -102,7 +102,7 @@ def test_curve_figure_from_a_real_eval(monkeypatch, capsys, tiny_model_dir, tmp_
     document = json.loads((out / "metrics.json").read_text())
     fig = curve_figure(document)
     assert_clean_layout(fig)
-    value, change = fig.axes
+    _, change = fig.axes
     assert change.get_title() == "change from r = 0, paired"
     bars = [c for c in change.containers if hasattr(c, "has_yerr") and c.has_yerr]
     assert bars, "the change panel shows the paired standard error as error bars"

@@ -11,12 +11,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import run_main
 
 from wemask_cli.errors import WeMaskError
 from wemask_cli.masking import MaskRequest
 from wemask_cli.train import fsdp
-
-from conftest import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 DRIVER = str(ROOT / "tests" / "distributed_driver.py")
@@ -27,7 +26,7 @@ SHORT = ["--max-steps", "2", "--per-device-train-batch-size", "2", "--logging-st
 def launch(launcher: list[str], jobs: list[dict], tmp_path: Path) -> str:
     jobs_file = tmp_path / "jobs.json"
     jobs_file.write_text(json.dumps(jobs))
-    proc = subprocess.run([*launcher, DRIVER, str(jobs_file)], capture_output=True, text=True, env=ENV, timeout=600, cwd=tmp_path)
+    proc = subprocess.run([*launcher, DRIVER, str(jobs_file)], check=False, capture_output=True, text=True, env=ENV, timeout=600, cwd=tmp_path)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     return log
@@ -61,6 +60,8 @@ def test_the_fsdp_recipe_shards_sft_dpo_and_grpo_on_two_cpu_processes(tmp_path, 
             policy = found["policy"]
             assert policy["type"] == "DTensor" and policy["local_shape"][0] * 2 == policy["shape"][0], policy  # half each
             assert policy["masked_layers"] == [1, 2, 3]  # the mask on every rank
+        record = json.loads((tmp_path / stage / "wemask_run.json").read_text())
+        assert record["distributed"]["sharding"]["value"] == "FSDP2", record["distributed"]
     for found in probes(tmp_path / "probe-dpo"):  # DPO's separate reference: sharded and masked like the policy
         assert found["reference"]["type"] == "DTensor" and found["reference"]["masked_layers"] == [1, 2, 3]
     for run in ("sft", "grpo"):  # the saved runs (a full model, a LoRA adapter) reload with infer and their mask
@@ -75,7 +76,7 @@ def test_fsdp_in_one_process_is_refused_before_the_model_loads(tmp_path, monkeyp
 
 
 def resolved(mask_rate: str | None, me_layer: str | None, **plugin) -> SimpleNamespace:
-    args = SimpleNamespace(fsdp=True, world_size=2, use_cpu=True, fsdp_plugin_args={"fsdp_version": 2, "cpu_ram_efficient_loading": False, **plugin})
+    args = SimpleNamespace(fsdp=True, deepspeed=None, world_size=2, use_cpu=True, fsdp_plugin_args={"fsdp_version": 2, "cpu_ram_efficient_loading": False, **plugin})
     return SimpleNamespace(args=args, mask=MaskRequest.parse(mask_rate=mask_rate, me_layer=me_layer))
 
 
@@ -92,6 +93,13 @@ def test_what_cannot_shard_is_refused_in_one_line(settings, plugin, refusal):
     with pytest.raises(WeMaskError, match=refusal.replace("(", r"\(")) as info:
         fsdp.check(resolved(*settings, **plugin))
     assert "\n" not in str(info.value)
+
+
+def test_fsdp_with_deepspeed_is_refused_in_one_line():
+    both = resolved("0.3", "1")
+    both.args.deepspeed = "zero2.json"
+    with pytest.raises(WeMaskError, match="FSDP and DeepSpeed both shard the model and exclude each other"):
+        fsdp.check(both)
 
 
 def test_without_a_mask_efficient_loading_is_allowed():

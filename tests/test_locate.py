@@ -307,7 +307,7 @@ def check_png(path):
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 30_000
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-    assert (width, height) == (1540, 1100)
+    assert (width, height) == (1870, 1100)  # 17 x 10 inches at 110 dpi: legends beside the panels
 
 
 def test_cli_on_a_tiny_model_reports_no_me_layer(monkeypatch, capsys, tmp_path, tiny_model_dir):

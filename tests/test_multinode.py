@@ -51,12 +51,14 @@ def test_resume_across_nodes_without_a_shared_folder_stops_with_one_line_per_sid
     (node0 / "metrics.json").unlink()  # as if the run had been killed after its last checkpoint
     (code0, log0), (code1, log1) = two_nodes(tmp_path, [*train, "--max-steps", "3", "--resume"])
     assert code0 != 0 and code1 != 0
-    assert wemask_lines(log0) == [
+    said0 = (
         "wemask: error: --resume: rank 0 resumes from out/checkpoint-2, which rank(s) 1 cannot read: the output folder must "
         "be on a file system all nodes share (or every node must hold the same checkpoints)"
-    ], log0[-3000:]
-    assert wemask_lines(log1) == [
+    )
+    said1 = (
         "wemask: error: rank 1: --resume: out/checkpoint-2, the checkpoint rank 0 resumes from, is not readable on this node "
         "(no trainer_state.json)"
-    ], log1[-3000:]
+    )
+    assert wemask_lines(log0) == [said0], log0[-3000:]
+    assert wemask_lines(log1) == [said1], log1[-3000:]
     assert "Connection closed by peer" not in log0 + log1

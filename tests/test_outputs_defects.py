@@ -14,7 +14,13 @@ from conftest import run_main
 from transformers import TrainerCallback
 
 from wemask_cli.errors import WeMaskError
-from wemask_cli.outputs import LOCK_NAME, MANIFEST_NAME, Manifest, claim_output_dir, read_manifest
+from wemask_cli.outputs import (
+    LOCK_NAME,
+    MANIFEST_NAME,
+    Manifest,
+    claim_output_dir,
+    read_manifest,
+)
 from wemask_cli.train.options import TrainOptions
 from wemask_cli.train.run import run
 from wemask_cli.train.sft import SFTStage
@@ -136,7 +142,7 @@ def test_d_eval_keeps_the_old_output_when_the_model_cannot_load(tmp_path, monkey
     out = tmp_path / "o"
     assert cli(monkeypatch, capsys, *ppl(tiny_model_dir, out))[0] == 0
     metrics = (out / "metrics.json").read_bytes()
-    code, err = cli(monkeypatch, capsys, *ppl(tmp_path / "no-such-model", out, "--overwrite"))
+    code, _ = cli(monkeypatch, capsys, *ppl(tmp_path / "no-such-model", out, "--overwrite"))
     assert code == 2 and (out / "metrics.json").read_bytes() == metrics
 
 

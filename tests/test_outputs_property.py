@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from wemask_cli.errors import WeMaskError
@@ -22,8 +22,8 @@ FORMS = ("relative", "absolute", "dot", "symlink")
 USER_PATHS = ("notes.txt", "runs/notes.txt", "checkpoint-1/mine.txt", "sub/deep/x.txt", "eval/mine.txt", "metrics.json")
 
 
-def stub_run(base: Path, form: str, *, overwrite: bool, resume: bool) -> None:
-    """A training run of two checkpoints and a final save, through the real claim."""
+def stub_run(base: Path, form: str, *, overwrite: bool, resume: bool, finish: bool = True) -> None:
+    """A training run of two checkpoints and (unless interrupted) a final save, through the real claim."""
     folder = base / "runs" / "x"
     arg, cwd = {"relative": ("runs/x", base), "absolute": (str(folder), base), "dot": (".", folder),
                 "symlink": ("link", base)}[form]  # fmt: skip
@@ -42,6 +42,8 @@ def stub_run(base: Path, form: str, *, overwrite: bool, resume: bool) -> None:
             (out / name / "state.json").write_text(json.dumps({"step": step}))
             (out / "README.md").write_text(f"model card at {step}")  # a library writing next to the checkpoint
             claim.end()
+        if not finish:
+            return
         with claim.writing():
             (out / "model.bin").write_bytes(os.urandom(8))
             (out / "metrics.json").write_text("{}")
@@ -64,19 +66,20 @@ def edit_manifest(folder: Path, how: int) -> None:
         return
     if not isinstance(data, dict):
         return
+    files = data["files"] = data.get("files") if isinstance(data.get("files"), dict) else {}
     edits = [
-        lambda d: d.__setitem__("written", "notes.txt"),
-        lambda d: d.setdefault("written", []).append("notes.txt") if isinstance(d.get("written"), list) else None,
-        lambda d: d.setdefault("files", {}).__setitem__("notes.txt", {"size": 3, "mtime_ns": 1}),
-        lambda d: d.setdefault("files", {}).__setitem__("../outside/precious.txt", {"size": 8, "mtime_ns": 1}),
-        lambda d: d.setdefault("dirs", []).extend(["sub", "..", "."]),
-        lambda d: d.__setitem__("files", ["notes.txt"]),
+        lambda: data.__setitem__("written", "notes.txt"),
+        lambda: data.__setitem__("written", [*(data.get("written") or []), "notes.txt"]),
+        lambda: files.__setitem__("notes.txt", {"size": 3, "mtime_ns": 1}),
+        lambda: files.__setitem__("../outside/precious.txt", {"size": 8, "mtime_ns": 1}),
+        lambda: data.__setitem__("dirs", ["sub", "..", ".", "mine1"]),
+        lambda: data.__setitem__("files", ["notes.txt"]),
     ]
-    edits[how % len(edits)](data)
+    edits[how % len(edits)]()
     path.write_text(json.dumps(data))
 
 
-run_op = st.tuples(st.just("run"), st.sampled_from(FORMS), st.booleans(), st.booleans())
+run_op = st.tuples(st.just("run"), st.sampled_from(FORMS), st.booleans(), st.booleans(), st.booleans())
 file_op = st.tuples(st.just("file"), st.sampled_from(USER_PATHS), st.binary(min_size=1, max_size=8))
 other_op = st.tuples(st.sampled_from(["manifest", "symlink", "replace-checkpoint", "user-dir"]), st.integers(0, 11))
 ops = st.lists(st.one_of(run_op, run_op, file_op, other_op), min_size=1, max_size=12)
@@ -84,6 +87,11 @@ ops = st.lists(st.one_of(run_op, run_op, file_op, other_op), min_size=1, max_siz
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops)
+@example([("run", "relative", False, False), ("file", "metrics.json", b"edited"), ("run", "absolute", True, False)])
+@example([("run", "symlink", False, False), ("file", "checkpoint-1/mine.txt", b"m"), ("run", "dot", True, False)])
+@example([("run", "relative", False, False, False), ("file", "notes.txt", b"n"), ("run", "symlink", False, True),
+          ("run", "absolute", True, False)])
+@example([("run", "dot", False, False), ("symlink", 1), ("manifest", 3), ("replace-checkpoint", 0), ("run", "relative", True, False)])
 def test_no_sequence_of_runs_and_edits_loses_a_user_byte(sequence):
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "work"
@@ -103,7 +111,7 @@ def apply(op, base: Path, folder: Path, outside: Path, user: dict) -> None:
     kind = op[0]
     if kind == "run":
         with contextlib.suppress(WeMaskError):
-            stub_run(base, op[1], overwrite=op[2], resume=op[3])
+            stub_run(base, op[1], overwrite=op[2], resume=op[3], finish=op[4] if len(op) > 4 else True)
     elif not folder.is_dir():
         return
     elif kind == "file":

@@ -4,14 +4,16 @@ line naming both settings before any model loads. What ran is checked in tests/t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
-
 from conftest import run_main
+
 from wemask_cli.errors import WeMaskError
 from wemask_cli.train.options import TrainOptions
 from wemask_cli.train.resolve import resolve
+from wemask_cli.train.run import run
 from wemask_cli.train.sft import SFTStage
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,8 +97,24 @@ def test_a_conflict_names_both_settings(tmp_path, launched, launcher, extra, rec
 def test_a_conflict_is_one_line_before_any_model_loads(monkeypatch, capsys, tmp_path, launched):
     launched("bf16")
     missing_model = str(tmp_path / "no-such-model")  # never read: the conflict is found first
-    code, out, err = run_main(monkeypatch, capsys, "sft", "--model", missing_model, "--dataset", DATA, "-o", str(tmp_path / "o"), "--bf16", "false")
+    code, _, err = run_main(monkeypatch, capsys, "sft", "--model", missing_model, "--dataset", DATA, "-o", str(tmp_path / "o"), "--bf16", "false")
     assert code == 2 and "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("wemask: error")]
     assert lines == [lines[0]] and "precision conflict" in lines[0] and "--bf16 false" in lines[0] and "mixed_precision: bf16" in lines[0]
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("extra, precision", [([], {"value": "no", "source": "default"}), (["--bf16"], {"value": "bf16", "source": "flag"})])
+def test_one_process_records_what_ran(tmp_path, launched, tiny_model_dir, extra, precision):
+    launched(None)
+    options = TrainOptions(model=tiny_model_dir, output_dir=str(tmp_path / "o"), dataset=DATA, mask_rate="0.3", me_layer="1")
+    result = run(SFTStage(), options, ["--max-steps", "1", "--max-length", "32", "--save-strategy", "no", "--report-to", "none", *extra])
+    facts = json.loads((tmp_path / "o" / "wemask_run.json").read_text())["distributed"]
+    assert facts == {
+        "launcher": "single process",
+        "type": {"value": "NO", "source": "single process"},
+        "world_size": {"value": 1, "source": "single process"},
+        "sharding": {"value": "none", "source": "single process"},
+        "precision": precision,
+    }
+    assert result.trainer.accelerator.mixed_precision == precision["value"]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import run_main
+
 from wemask_cli.errors import WeMaskError
 from wemask_cli.method.mask import masked_layers
 from wemask_cli.models import load_model

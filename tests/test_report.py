@@ -272,7 +272,10 @@ def test_report_tables_fit_80_columns(monkeypatch, capsys, tmp_path):
     runs = tmp_path / "runs"
     write_training_run(runs / "full-same", stage="dpo", ref_mask="same", loss=0.612345)
     write_training_run(runs / "lora-none-hh", stage="dpo", ref_mask="none", peft=True, dataset="data/hh-rlhf-helpful-base.jsonl", loss=0.4)
+    from wemask_cli.render.common import console
+
     monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setattr(console, "_width", 80)  # the console read COLUMNS when it was made
     code, out, err = run_main(monkeypatch, capsys, "report", str(runs / "full-same"), str(runs / "lora-none-hh"), "--no-plot")
     assert code == 0, err
     assert max(len(line) for line in out.splitlines()) <= 80

@@ -136,8 +136,9 @@ def resolve_dtype(dtype: str) -> torch.dtype | str:
     return DTYPES[dtype]
 
 
-def quantization_config(quantization: str | None):
-    """A bitsandbytes config for '4bit' (NF4) / '8bit', or None; refused only where bitsandbytes cannot run."""
+def quantization_config(quantization: str | None, quant_type: str = "nf4", nested: bool = True):
+    """A bitsandbytes config for '4bit' (`quant_type` nf4 or fp4, `nested`: double quantization) / '8bit', or None;
+    refused only where bitsandbytes cannot run."""
     if quantization is None:
         return None
     if quantization not in ("4bit", "8bit"):
@@ -148,7 +149,11 @@ def quantization_config(quantization: str | None):
     if quantization == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True)
     compute = torch.bfloat16 if torch.cuda.is_available() else torch.float32  # bf16 matmuls are slow on the CPU
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute, bnb_4bit_use_double_quant=True)
+    if quant_type not in ("nf4", "fp4"):
+        raise WeMaskError(f"--bnb-4bit-quant-type {quant_type!r} is not valid: use nf4 or fp4")
+    return BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type=quant_type, bnb_4bit_compute_dtype=compute, bnb_4bit_use_double_quant=nested
+    )
 
 
 def require_bitsandbytes(quantization: str) -> None:
@@ -223,8 +228,12 @@ def load_model(
     quantization: str | None = None,
     device: str | None = None,
     interventions: bool = True,
+    pretrained: dict | None = None,
 ) -> LoadedModel:
     """Load model and tokenizer from the same source; a LoRA adapter directory loads its base model under it.
+
+    `pretrained` holds from_pretrained options (TRL ModelConfig's revision, attn_implementation, trust_remote_code,
+    and the 4-bit quant_type/nested settings); None values are left to transformers.
 
     A causal language model only (one line otherwise). With `interventions`, the saved interventions other than
     WeMask (GatedNorm, PreAffine, ...) are installed with their weights; trainers pass False and install them.
@@ -242,13 +251,17 @@ def load_model(
         weights_from = resolve_source(base)
     saved = saved_run(source)  # its intervention weights and adapter are checked before the model's are read
     require_finite_file(Path(source) / "adapter_model.safetensors")
-    kwargs = {"dtype": torch_dtype}
-    quant = quantization_config(quantization)
+    options = {k: v for k, v in (pretrained or {}).items() if v is not None}
+    quant = quantization_config(quantization, options.pop("quant_type", "nf4"), options.pop("nested", True))
+    hub = {k: options.pop(k) for k in ("revision", "trust_remote_code") if k in options}
+    kwargs = {"dtype": torch_dtype, **hub, **options}
+    if hub.get("trust_remote_code"):
+        progress.warn(f"--trust-remote-code: running the Python code that {weights_from} ships (only for sources you trust)")
     if quant is not None:
         kwargs.update(quantization_config=quant, device_map=quantized_device_map())
     try:
         tokenizer_from = source if (Path(source) / "tokenizer_config.json").is_file() else weights_from
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_from)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_from, **hub)
         model = AutoModelForCausalLM.from_pretrained(weights_from, **kwargs)
     except Exception as err:  # missing files, no network, corrupt weights (safetensors' own error type), ...
         raise WeMaskError(

@@ -24,7 +24,7 @@ def is_main_process() -> bool:
 
 def duration(seconds: float) -> str:
     """'42 s', '3 min 5 s', '1 h 02 min'."""
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     if seconds < 60:
         return f"{seconds} s"
     if seconds < 3600:

@@ -75,16 +75,23 @@ for info in app.registered_commands:
 
 def quiet_libraries() -> None:
     """Library noise off (progress bars, bitsandbytes' CPU notice, deprecations), without importing the libraries."""
-    import logging
     import warnings
 
+    from ..kernel_notice import drop_notice
+
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read when huggingface_hub is first imported
+    if not sys.stderr.isatty():  # in a log, datasets' bars are lines of carriage returns: wemask's own lines remain
+        os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
     if "transformers" in sys.modules:  # already imported (tests calling main() in-process): tell it directly
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+    drop_notice()  # bitsandbytes' kernels-community notice on every CPU import (wemask_cli/kernel_notice.py)
     warnings.filterwarnings("ignore", category=FutureWarning)  # libraries' deprecation notices, not the user's doing
+    if ranks.rank() != 0:  # under a launcher the main process speaks for all: the others' library chatter off too
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
+        warnings.filterwarnings("ignore")
 
 
 def did_you_mean(message: str) -> str:

@@ -18,8 +18,11 @@ def env() -> None:
     print(f"python        {platform.python_version()} ({sys.executable})")
     for name, version in library_versions(LIBRARIES).items():
         print(f"{name:<13} {version or 'not installed'}")
-    from ..models import cache_dir  # imports torch (about a second): the device needs it anyway
     import torch
+
+    from ..models import (
+        cache_dir,  # imports torch (about a second): the device needs it anyway
+    )
 
     if torch.cuda.is_available():
         device = f"cuda: {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"

@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..eval.quantize.schemes import DEFAULT_BLOCK_SIZE, block_size_help, quantize_help  # torch-free registry
 from ..ranks import main_only
-
 from .options import DtypeOpt, EngineOpt, LayersOpt, MeLayerOpt, ModelOpt, SelectOpt, StrengthOpt, TokensOpt
 
 Text = Optional[str]
@@ -32,8 +32,8 @@ def eval_(
     layers: LayersOpt = None,
     strength: StrengthOpt = None,
     tokens: TokensOpt = None,
-    quantize: Annotated[Text, typer.Option(help="Comma list of simulated quantizations swept like mask rates: none, w8a8, w4a8, w4a4, fp4 (as arXiv:2601.22966 measures them).")] = None,
-    fp4_block_size: Annotated[int, typer.Option(help="--quantize fp4: values per scale block (16 or 32).")] = 16,
+    quantize: Annotated[Text, typer.Option(help=quantize_help())] = None,
+    fp4_block_size: Annotated[int, typer.Option(help=block_size_help())] = DEFAULT_BLOCK_SIZE,
     smoothquant: Annotated[Optional[float], typer.Option(help="--quantize: SmoothQuant α in [0, 1], calibrated on the task's first sequences.")] = None,
     seeds: Annotated[int, typer.Option(help="Seeds per setting (math/refusal: sampled at --temperature; perplexity/choice are deterministic: 1).")] = 1,
     limit: Annotated[Optional[int], typer.Option(help="Use the first N examples (perplexity: N windows).")] = None,
@@ -72,7 +72,7 @@ def eval_(
 ):
     """Evaluate one model at several mask rates in one process: table, metrics.json, results.csv, examples.jsonl, curve.png.
 
-    The model is loaded once; each setting is applied and removed. Tasks: perplexity (every token scored once in rolling windows: perplexity, word_perplexity, byte_perplexity, bits_per_byte), choice (log-likelihood of each option: accuracy, and accuracy_norm per character of the option, lm-eval's acc/acc_norm), math (generate, then the GRPO math reward's extract_answer/answers_match: accuracy), refusal (share of completions whose first 300 characters match a refusal phrase; the list is wemask_cli.eval.tasks.refusal.REFUSAL_PATTERNS).
+    The model is loaded once; each setting is applied and removed. Tasks: perplexity (every token scored once in rolling windows: perplexity, word_perplexity, byte_perplexity, bits_per_byte), choice (log-likelihood of each option: accuracy, and accuracy_norm per character of the option, lm-eval's acc/acc_norm), math (generate, then the GRPO math reward's grader: accuracy, and how many answers were unparseable), refusal (share of completions whose first 300 characters match a refusal phrase; the list is wemask_cli.eval.tasks.refusal.REFUSAL_PATTERNS).
 
     Spread: the standard error over examples (n/a for one), or with --seeds N (math, refusal) the std across sampled seeds. Compare runs with `wemask report DIR...`.
     """
@@ -81,7 +81,7 @@ def eval_(
     from ..masking import MaskRequest
     from ..render.common import console, err_console
     from ..render.curve import eval_curve_png
-    from ..render.eval import eval_table
+    from ..render.eval import eval_tables
 
     request = EvalRequest(
         model=model, mask=MaskRequest.parse(mask_rates, me_layer, select, layers, strength, tokens), output=output,
@@ -96,7 +96,8 @@ def eval_(
         ),
     )
     document, folder, written = run_eval(request, plot=lambda doc, out: eval_curve_png(doc, out / "curve.png"))
-    console.print(eval_table(document))
+    for table in eval_tables(document, console.width):  # fits the terminal: no header cut
+        console.print(table)
     err_console.print(f"Wrote {', '.join(p.name for p in written)} to {folder}")
 
 

@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 import typer
 
 from ..ranks import main_only
-
 from .options import DtypeOpt, EngineOpt, LayersOpt, MaskRateOpt, MeLayerOpt, ModelOpt, ReplaceOpt, SelectOpt, StrengthOpt, TokensOpt
 
 

@@ -7,9 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..ranks import main_only
-
 from ..errors import WeMaskError
+from ..ranks import main_only
 from .options import DtypeOpt, ModelOpt, ReplaceOpt
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -12,9 +12,9 @@ from .options import ReplaceOpt
 
 def report(
     dirs: Annotated[list[Path], typer.Argument(help="Run directories with metrics.json (their sub-directories are searched too).")],
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the merged rows as JSON.")] = None,
-    csv_out: Annotated[Optional[Path], typer.Option("--csv", help="Write the merged rows as CSV.")] = None,
-    plot: Annotated[Optional[Path], typer.Option(help="PNG path (default report.png next to the run directories).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the merged rows as JSON.")] = None,
+    csv_out: Annotated[Path | None, typer.Option("--csv", help="Write the merged rows as CSV.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="PNG path (default report.png next to the run directories).")] = None,
     no_plot: Annotated[bool, typer.Option("--no-plot", help="Skip the PNG.")] = False,
     overwrite: ReplaceOpt = False,
 ):

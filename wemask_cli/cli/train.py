@@ -7,7 +7,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import LayersOpt, MeLayerOpt, ModelOpt, SelectOpt, StrengthOpt, TokensOpt
+from typer.core import TyperCommand
+
+from ..train.trl_vocabulary import alias_flags, trl_spellings
+from .options import LayersOpt, MeLayerOpt, SelectOpt, StrengthOpt, TokensOpt
 
 STAGE_CLASSES = {"sft": "SFTStage", "dpo": "DPOStage", "grpo": "GRPOStage"}
 TRAIN_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -17,19 +20,30 @@ TRAIN_EPILOG = (
     "--gradient-accumulation-steps 4 --num-train-epochs 1 --max-steps 100 --max-length 1024 --packing --bf16 "
     "--gradient-checkpointing --logging-steps 10 --save-steps 500 --report-to wandb --seed 0. "
     "--help-trl lists them all. Precedence: defaults < --config recipe.yaml < flags. Without CUDA the defaults are "
-    "use_cpu, no bf16, no gradient checkpointing. Multi-GPU: accelerate launch -m wemask_cli sft ... or "
+    "use_cpu, no bf16, no gradient checkpointing; under accelerate launch the config's mixed_precision sets bf16/fp16. Multi-GPU: accelerate launch -m wemask_cli sft ... or "
     "torchrun --nproc_per_node N -m wemask_cli sft ..."
 )
 OutputDirOpt = Annotated[Optional[str], typer.Option("--output-dir", "-o", help="Where checkpoints and the trained model go.")]
 RecipeOpt = Annotated[Optional[str], typer.Option("--config", "-c", help="Recipe YAML: wemask and TRL keys (flags override it).")]
-DatasetOpt = Annotated[Optional[str], typer.Option(help="Local .jsonl/.json/.parquet/.csv file or a hub dataset name.")]
-DatasetSplitOpt = Annotated[Optional[str], typer.Option(help="Split to train on (default train; 'train[:1000]' slices).")]
+TrainModelOpt = Annotated[
+    Optional[str],
+    typer.Option("--model", "-m", *alias_flags("model"), help="Hub id, local model directory, .gguf file, or omit for the embedded SmolLM2-135M-Instruct."),
+]
+DatasetOpt = Annotated[
+    Optional[str], typer.Option("--dataset", *alias_flags("dataset"), help="Local .jsonl/.json/.parquet/.csv file or a hub dataset name.")
+]
+DatasetSplitOpt = Annotated[
+    Optional[str], typer.Option("--dataset-split", *alias_flags("dataset_split"), help="Split to train on (default train; 'train[:1000]' slices).")
+]
 DatasetConfigOpt = Annotated[Optional[str], typer.Option(help="Hub dataset configuration name (e.g. main for gsm8k).")]
 DatasetColumnsOpt = Annotated[
     Optional[str], typer.Option(help="Rename columns, ours=theirs: prompt=question,completion=answer.")
 ]
 EvalDatasetOpt = Annotated[Optional[str], typer.Option(help="Evaluation data (same formats); eval loss goes to metrics.json.")]
-EvalSplitOpt = Annotated[Optional[str], typer.Option(help="Split of --eval-dataset (default train).")]
+EvalSplitOpt = Annotated[
+    Optional[str],
+    typer.Option("--eval-split", *alias_flags("eval_split"), help="Split of --eval-dataset (default train); without --eval-dataset, that split of --dataset, as TRL's scripts do."),
+]
 TrainMaskRateOpt = Annotated[
     Optional[str], typer.Option("--mask-rate", "-r", help="Share r in [0, 1] of dims masked. Default: the wemask_config.json the model carries (its mode kept unless --mode), else none (plain TRL).")
 ]
@@ -43,9 +57,23 @@ LoraDropoutOpt = Annotated[Optional[float], typer.Option(help="LoRA dropout (def
 LoraTargetsOpt = Annotated[
     Optional[str], typer.Option(help="Comma list of module names, or all-linear (default: PEFT's per-model choice).")
 ]
-Load4bitOpt = Annotated[Optional[bool], typer.Option("--load-in-4bit", help="Load weights 4-bit (bitsandbytes, CUDA only; needs --use-peft).")]
-Load8bitOpt = Annotated[Optional[bool], typer.Option("--load-in-8bit", help="Load weights 8-bit (bitsandbytes, CUDA only; needs --use-peft).")]
-TrainDtypeOpt = Annotated[Optional[str], typer.Option(help="auto | float32 | bfloat16 | float16 (auto: float32 on CPU).")]
+Load4bitOpt = Annotated[Optional[bool], typer.Option("--load-in-4bit", help="Load weights 4-bit NF4 (bitsandbytes: CUDA, or CPU from 0.49; needs --use-peft).")]
+Load8bitOpt = Annotated[Optional[bool], typer.Option("--load-in-8bit", help="Load weights 8-bit (bitsandbytes: CUDA, or CPU from 0.49; needs --use-peft).")]
+TrainDtypeOpt = Annotated[
+    Optional[str], typer.Option("--dtype", *alias_flags("dtype"), help="auto | float32 | bfloat16 | float16 (auto: float32 on CPU).")
+]
+TRL_PANEL = "TRL ModelConfig options"
+TRL_MODEL_OPTIONS = {  # TRL ModelConfig's fields that wemask passes to PEFT, from_pretrained and bitsandbytes
+    "lora_modules_to_save": Annotated[Optional[str], typer.Option(help="Comma (or space) list of modules trained in full and saved with the adapter.", rich_help_panel=TRL_PANEL)],
+    "lora_task_type": Annotated[Optional[str], typer.Option(help="PEFT task type (default CAUSAL_LM).", rich_help_panel=TRL_PANEL)],
+    "use_dora": Annotated[Optional[bool], typer.Option("--use-dora/--no-use-dora", help="DoRA: weight-decomposed LoRA.", rich_help_panel=TRL_PANEL)],
+    "use_rslora": Annotated[Optional[bool], typer.Option("--use-rslora/--no-use-rslora", help="Rank-stabilised LoRA scaling (alpha/sqrt(r)).", rich_help_panel=TRL_PANEL)],
+    "model_revision": Annotated[Optional[str], typer.Option(help="Hub revision (branch, tag or commit) of --model.", rich_help_panel=TRL_PANEL)],
+    "attn_implementation": Annotated[Optional[str], typer.Option(help="eager | sdpa | flash_attention_2 | ... (default: transformers' choice).", rich_help_panel=TRL_PANEL)],
+    "trust_remote_code": Annotated[Optional[bool], typer.Option("--trust-remote-code/--no-trust-remote-code", help="Run the model repository's own Python code (off by default; a warning when on).", rich_help_panel=TRL_PANEL)],
+    "bnb_4bit_quant_type": Annotated[Optional[str], typer.Option(help="nf4 (default) | fp4, with --load-in-4bit.", rich_help_panel=TRL_PANEL)],
+    "use_bnb_nested_quant": Annotated[Optional[bool], typer.Option("--use-bnb-nested-quant/--no-use-bnb-nested-quant", help="Double quantization of the 4-bit scales (default on).", rich_help_panel=TRL_PANEL)],
+}
 OverwriteOpt = Annotated[
     Optional[bool],
     typer.Option("--overwrite", help="Replace an earlier wemask run in --output-dir (only the files wemask wrote; refused while others are there)."),
@@ -55,7 +83,7 @@ HelpTrlOpt = Annotated[bool, typer.Option("--help-trl", help="List every TRL opt
 
 
 TRAIN_OPTIONS = {
-    "model": ModelOpt,
+    "model": TrainModelOpt,
     "output_dir": OutputDirOpt,
     "config": RecipeOpt,
     "dataset": DatasetOpt,
@@ -81,6 +109,7 @@ TRAIN_OPTIONS = {
     "dtype": TrainDtypeOpt,
     "overwrite": OverwriteOpt,
     "resume": ResumeOpt,
+    **TRL_MODEL_OPTIONS,
 }
 
 
@@ -135,7 +164,15 @@ def training_command(app: typer.Typer, stage_name: str, doc: str, **stage_flags)
         + [inspect.Parameter("help_trl", keyword, default=False, annotation=HelpTrlOpt)]
     )
     command.__doc__ = doc
-    app.command(stage_name, context_settings=TRAIN_CONTEXT, epilog=TRAIN_EPILOG)(command)
+    app.command(stage_name, cls=TrlSpellingCommand, context_settings=TRAIN_CONTEXT, epilog=TRAIN_EPILOG)(command)
+
+
+class TrlSpellingCommand(TyperCommand):
+    """A training command that also takes TRL's spellings of wemask's own options (see train/trl_vocabulary.py)."""
+
+    def parse_args(self, ctx, args):
+        own = {name for param in self.params for name in (*param.opts, *param.secondary_opts)}
+        return super().parse_args(ctx, trl_spellings(args, own))
 
 
 RefMaskOpt = Annotated[
@@ -189,8 +226,9 @@ def register(app: typer.Typer) -> None:
         """GRPO with TRL's GRPOTrainer and WeMask (data: prompt [+ answer] | GSM8K question/answer as is).
 
         aware: rollouts are generated with the mask and the loss passes use it on the same first real token;
-        free: plain GRPO, the mask recorded for inference. --use-vllm works in free mode only (vLLM runs no
-        PyTorch hooks). Rename columns with --dataset-columns prompt=X,answer=Y. TRL's GRPO options pass through:
+        free: plain GRPO, the mask recorded for inference. --use-vllm: TRL's in-process vLLM engine generates,
+        with the same mask in aware mode (--vllm-mode server: GPUs only). Rename columns with --dataset-columns
+        prompt=X,answer=Y. TRL's GRPO options pass through:
         --num-generations, --max-completion-length, --temperature, --beta, --use-vllm, ...
         """,
         reward=RewardOpt,

@@ -73,7 +73,7 @@ def default_output(task: str, root: Path = DEFAULT_ROOT) -> Path:
 
 
 def quantize_axes(request: EvalRequest, prepared) -> list:
-    """The quantization axis (none without --quantize): one setting per scheme, applied by eval/quantize.py's
+    """The quantization axis (none without --quantize): one setting per scheme, applied by eval/quantize/'s
     `simulate(model, scheme, block_size=, smoothquant=, calibration=)`; rows carry `quantize`, and the change
     against `none` (when swept) is `delta_quantize`. SmoothQuant calibrates on the task's first sequences."""
     if request.quantize is None:

@@ -24,7 +24,14 @@ from pathlib import Path
 from ..errors import WeMaskError
 from ..outputs import atomic_write_json, atomic_write_text, check_output_file
 from ..progress import say
-from .report_settings import PLAIN, RUN_RECORD, eval_settings, line_names, read_run_record, training_settings
+from .report_settings import (
+    PLAIN,
+    RUN_RECORD,
+    eval_settings,
+    line_names,
+    read_run_record,
+    training_settings,
+)
 
 METRICS_FILE = "metrics.json"
 NOT_METRICS = {

@@ -9,5 +9,5 @@
 - sweep.py         axes and settings (mask rate; quantization), the one-load sweep over every variant
 - lm_eval_task.py  lm-evaluation-harness tasks as one more task in the same sweep
 - document.py      metrics.json, results.csv, examples.jsonl and their provenance
-- quantize.py      the quantization axis (simulated W8A8 / W4A8 / W4A4 / FP4)
+- quantize/        the quantization axis (simulated W8A8 / W4A8 / W4A4 / FP4; schemes.py registers them)
 """

@@ -125,7 +125,7 @@ class OutputClaim:
             except OSError:
                 return
 
-    def __enter__(self) -> "OutputClaim":
+    def __enter__(self) -> OutputClaim:
         return self
 
     def __exit__(self, kind, value, tb) -> None:

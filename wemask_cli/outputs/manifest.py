@@ -73,7 +73,7 @@ class Manifest:
     # -- reading and writing ------------------------------------------------------------------------------------
 
     @classmethod
-    def read(cls, folder) -> "Manifest | None":
+    def read(cls, folder) -> Manifest | None:
         """The folder's manifest; None when there is none, or (with a warning) when it cannot be trusted."""
         path = Path(folder) / MANIFEST_NAME
         try:

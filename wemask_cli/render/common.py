@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -85,7 +86,7 @@ def compact(value) -> str:
 
 def format_metric(metric: str, value) -> str:
     """Accuracies and rates (fractions) as percentages, the rest with 4 significant digits."""
-    if value is None or (isinstance(value, float) and value != value):
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     name = metric.rsplit("/", 1)[-1]
     if name.startswith(("acc", "exact_match")) or name.endswith("_rate"):
@@ -122,7 +123,7 @@ def fitting(builders: list[Callable[[], object]], width: int):
 
 def use_log_axis(metric: str, values: list[float]) -> bool:
     """A log y-axis for positive values (not percentages) spanning more than 10x, e.g. perplexities."""
-    positive = [v for v in values if v == v]
+    positive = [v for v in values if not math.isnan(v)]
     return bool(positive) and not is_percent(metric) and min(positive) > 0 and max(positive) > 10 * min(positive)
 
 

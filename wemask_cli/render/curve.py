@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..model_names import model_label
-from .common import is_percent, log_y_axis, pyplot, readable_ylim, save_figure, use_log_axis
+from .common import (
+    is_percent,
+    log_y_axis,
+    pyplot,
+    readable_ylim,
+    save_figure,
+    use_log_axis,
+)
 
 FIXED = ("mask_rate", "mode", "me_layer")
 
@@ -47,7 +54,7 @@ def line_label(key: tuple, keys: list[tuple], extra: list[str]) -> str:
 def draw_metric(ax, document: dict, shown: list[str], extra: list[str], scale: float) -> None:
     summary = document["summary"]
     seeds, unit = document.get("seeds", {}).get("count", 1), document.get("unit", "examples")
-    group = lambda r: (r["metric"], r["mode"], *(r.get(a) for a in extra))  # noqa: E731
+    group = lambda r: (r["metric"], r["mode"], *(r.get(a) for a in extra))
     keys = list(dict.fromkeys(group(r) for r in summary if r["metric"] in shown))
     values, errors = [], []
     for key in keys:
@@ -78,7 +85,7 @@ def draw_deltas(ax, document: dict, extra: list[str], scale: float) -> None:
     """The primary metric's change from r = 0, paired unit by unit (error bars: its paired standard error)."""
     primary = document["primary_metric"]
     rows = [r for r in document["summary"] if r["metric"] == primary and r.get("delta") is not None]
-    group = lambda r: (r["metric"], r["mode"], *(r.get(a) for a in extra))  # noqa: E731
+    group = lambda r: (r["metric"], r["mode"], *(r.get(a) for a in extra))
     keys = list(dict.fromkeys(group(r) for r in rows))
     values, errors = [0.0], [0.0]
     for key in keys:

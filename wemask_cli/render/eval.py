@@ -27,39 +27,74 @@ def delta_cell(primary: str, delta, se) -> str:
     return f"{delta:+.4g} ± {'n/a' if se is None else f'{se:.2g}'}"
 
 
-def eval_table(document: dict) -> Table:
-    """One row per variant (mask rate, mode, other axes): each metric as value ± spread, n, and the primary metric's
-    paired changes (from r = 0, and from each other axis's reference)."""
-    summary = document["summary"]
-    metrics = list(dict.fromkeys(row["metric"] for row in summary))
+def eval_tables(document: dict, width: int = 80) -> list[Table]:
+    """The results as tables that fit `width` columns with no header cut: the primary metric with n and its paired
+    changes first; the other metrics beside it when they fit, else in further tables of the same rows."""
+    metrics = list(dict.fromkeys(row["metric"] for row in document["summary"]))
     primary = document.get("primary_metric") or (metrics[0] if metrics else None)
+    whole = eval_table(document)
+    if _fits(whole, width) or len(metrics) < 2:
+        return [whole]
+    tables, rest = [eval_table(document, [primary])], [m for m in metrics if m != primary]
+    while rest:
+        take = len(rest)
+        while take > 1 and not _fits(eval_table(document, rest[:take], secondary=True, title=""), width):
+            take -= 1
+        title = f"wemask eval: {document['task']}: other metrics (same rows)"
+        tables.append(eval_table(document, rest[:take], secondary=True, title=title))
+        rest = rest[take:]
+    return tables
+
+
+def _fits(table: Table, width: int) -> bool:
+    """Whether rich renders `table` in `width` columns without cutting a word ('…')."""
+    import io
+
+    from rich.console import Console
+
+    console = Console(width=width, file=io.StringIO(), record=True)
+    console.print(table)
+    return "…" not in console.export_text()
+
+
+def eval_table(document: dict, metrics: list[str] | None = None, *, secondary: bool = False, title: str | None = None) -> Table:
+    """One row per variant (mask rate, mode, other axes in one column): each metric as value ± spread, n, and the
+    primary metric's paired changes (from r = 0, and from each other axis's reference); a `secondary` table (more
+    metrics of the same rows) has only the metrics."""
+    summary = document["summary"]
+    metrics = metrics or list(dict.fromkeys(row["metric"] for row in summary))
+    primary = document.get("primary_metric") or metrics[0]
     seeds = document.get("seeds", {}).get("count", 1)
     unit = document.get("unit", "examples")
     what = f"std across {seeds} seeds" if seeds > 1 else f"standard error over {unit}"
     extra = [axis for axis in document.get("axes", []) if axis not in FIXED]
-    table = Table(title=f"wemask eval: {document['task']} ({document.get('n_examples', '?')} {unit}; ± is the {what})")
+    if title is None:
+        title = f"wemask eval: {document['task']} ({document.get('n_examples', '?')} {unit}; ± is the {what})"
+    table = Table(title=title or None)
     table.add_column("mask rate", justify="right")
     table.add_column("mode")
-    for axis in extra:
-        table.add_column(axis)
+    if extra:
+        table.add_column(" / ".join(extra))
     for metric in metrics:
         table.add_column(metric, justify="right")
-    table.add_column("n", justify="right")
+    if not secondary:
+        table.add_column("n", justify="right")
     labels = ["mask_rate", "mode", *extra]
     cells = {tuple(r.get(k) for k in labels) + (r["metric"],): r for r in summary}
-    deltas = sorted({k for r in summary if r["metric"] == primary for k in r if k.startswith("delta") and not k.endswith("_se")})
-    for key in deltas:
+    changes = sorted({k for r in summary if r["metric"] == primary for k in r if k.startswith("delta") and not k.endswith("_se")}) if not secondary else []
+    for key in changes:
         against = "r=0" if key == "delta" else document.get("deltas", {}).get(key, key.removeprefix("delta_"))
         table.add_column(f"Δ {primary} vs {against} (paired)", justify="right")
     for variant in dict.fromkeys(tuple(r.get(k) for k in labels) for r in summary):
-        row = [f"{variant[0]:g}", str(variant[1]), *(str(v) for v in variant[2:])]
+        row = [f"{variant[0]:g}", str(variant[1])] + ([" / ".join(str(v) for v in variant[2:])] if extra else [])
         for metric in metrics:
             cell = cells.get(variant + (metric,))
             error = None if cell is None else (cell["std"] if seeds > 1 else cell["se"])
             row.append("-" if cell is None else f"{format_metric(metric, cell['mean'])} ± {spread(metric, error)}")
-        row.append(str(next(r["n"] for r in summary if tuple(r.get(k) for k in labels) == variant)))
+        if not secondary:
+            row.append(str(next(r["n"] for r in summary if tuple(r.get(k) for k in labels) == variant)))
         cell = cells.get(variant + (primary,)) or {}
-        row += [delta_cell(primary, cell.get(key), cell.get(f"{key}_se")) for key in deltas]
+        row += [delta_cell(primary, cell.get(key), cell.get(f"{key}_se")) for key in changes]
         table.add_row(*row)
     return table
 

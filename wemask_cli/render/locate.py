@@ -130,7 +130,7 @@ def locate_figure(report: dict):
             ax.axvline(rise["layer"], color="orange", linestyle=":", alpha=0.8, label=label)
         if me is not None:
             ax.axvline(me, color="red", linewidth=1.5, alpha=0.7, label=f"ME layer {me}" if ax is axes[0] else None)
-    outside = dict(fontsize=8, loc="upper left", borderaxespad=0)  # right of each panel, never over its curves
+    outside = {"fontsize": 8, "loc": "upper left", "borderaxespad": 0}  # right of each panel, never over its curves
     for ax in (axes[0], axes[1], axes[3], axes[4], axes[5]):
         ax.legend(bbox_to_anchor=(1.02, 1), **outside)
     handles = axes[2].get_legend_handles_labels()[0] + kl.get_legend_handles_labels()[0]

@@ -8,7 +8,16 @@ from pathlib import Path
 
 from rich.table import Table
 
-from .common import fitting, format_metric, is_percent, log_y_axis, pyplot, readable_ylim, save_figure, use_log_axis
+from .common import (
+    fitting,
+    format_metric,
+    is_percent,
+    log_y_axis,
+    pyplot,
+    readable_ylim,
+    save_figure,
+    use_log_axis,
+)
 
 LABELS = ("setting", "r", "runs")
 

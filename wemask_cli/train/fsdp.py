@@ -48,6 +48,8 @@ def check(resolved) -> None:
             "`torchrun --nproc_per_node 2 -m wemask_cli ...` or `accelerate launch --config_file "
             "recipes/accelerate/fsdp.yaml --num_processes 2 -m wemask_cli ...`, or drop --fsdp"
         )
+    if getattr(args, "deepspeed", None) or os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        raise WeMaskError("FSDP and DeepSpeed both shard the model and exclude each other: drop --fsdp or the DeepSpeed config")
     plugin = settings(args)
     if on_cpu(args) and plugin["fsdp_version"] != 2:
         raise WeMaskError(
@@ -76,6 +78,8 @@ def shard_on_cpu(args) -> None:
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
     plugin = FullyShardedDataParallelPlugin(**settings(args)) if getattr(args, "fsdp_plugin_args", None) else FullyShardedDataParallelPlugin()
+    if args.mixed_precision != "no":
+        plugin.set_mixed_precision(args.mixed_precision)  # what accelerate does for an FSDP state
     Accelerator(cpu=True, mixed_precision=args.mixed_precision, fsdp_plugin=plugin)
     AcceleratorState._shared_state.update(distributed_type=DistributedType.FSDP, fsdp_plugin=plugin)
     PartialState._shared_state["distributed_type"] = DistributedType.FSDP  # AcceleratorState copies it on every init

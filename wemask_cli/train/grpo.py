@@ -216,19 +216,24 @@ def check_vllm(resolved, aware_mask: bool) -> None:
     import torch
 
     from ..engines.vllm.colocate import silence_trl_version_warning
+    from ..engines.vllm.support import check_folder_architecture, require_vllm
 
-    silence_trl_version_warning()  # before TRL's vLLM modules load
     args = resolved.args
     if args.vllm_mode == "server" and (args.use_cpu or not torch.cuda.is_available()):
         raise WeMaskError(VLLM_SERVER_ON_CPU)
     if resolved.remedies:
         kinds = ", ".join(remedy.describe() for remedy in resolved.remedies)
         raise WeMaskError(f"--use-vllm: {kinds} add modules that vLLM's model classes do not have: drop --use-vllm or the remedies")
+    require_vllm()
+    silence_trl_version_warning()  # before TRL's vLLM modules load
     if aware_mask and resolved.mask.rates is not None:
         from ..engines.vllm.mask import check_config
 
         mask = resolved.mask  # the saved config of a --model without --mask-rate is checked when it is installed
         check_config(WeMaskConfig(mask_rate=max(mask.rates), layers="all", tokens=mask.tokens or "first", select=mask.select or "weight"))
+    model = Path(str(resolved.opts["model"] or "")).expanduser()
+    if aware_mask and resolved.opts["model"] and model.is_dir():
+        check_folder_architecture(model)  # one the vLLM mask covers (a hub id: checked when the mask is installed)
 
 
 @contextmanager

@@ -173,19 +173,28 @@ def lora_config(opts: dict, model):
         return None
     from trl import ModelConfig, get_peft_config
 
-    targets = opts["lora_target_modules"]
-    if isinstance(targets, str):
-        targets = targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()]
-    if isinstance(targets, (list, tuple)):
-        check_lora_targets(list(targets), model)
+    targets = module_names(opts["lora_target_modules"])
+    if isinstance(targets, list):
+        check_lora_targets(targets, model)
+    to_save = module_names(opts["lora_modules_to_save"])
+    if to_save:
+        check_lora_targets(to_save, model, "--lora-modules-to-save")
     settings = ModelConfig(
         use_peft=True, lora_r=int(opts["lora_r"]), lora_alpha=int(opts["lora_alpha"]),
-        lora_dropout=float(opts["lora_dropout"]), lora_target_modules=targets or None,
+        lora_dropout=float(opts["lora_dropout"]), lora_target_modules=targets or None, lora_modules_to_save=to_save or None,
+        lora_task_type=opts["lora_task_type"], use_dora=bool(opts["use_dora"]), use_rslora=bool(opts["use_rslora"]),
     )
     return get_peft_config(settings)
 
 
-def check_lora_targets(targets: list, model) -> None:
+def module_names(value) -> list[str] | str | None:
+    """A comma list (the CLI's form) or a YAML list of module names; 'all-linear' stays as it is."""
+    if isinstance(value, str):
+        return value if value == "all-linear" else [name.strip() for name in value.split(",") if name.strip()]
+    return list(value) if isinstance(value, (list, tuple)) else None
+
+
+def check_lora_targets(targets: list, model, flag: str = "--lora-target-modules") -> None:
     """PEFT matches a name or a dotted suffix of one; name the module names that would work."""
     names = [name for name, _ in model.named_modules()]
     unknown = [t for t in targets if not any(n == t or n.endswith(f".{t}") for n in names)]
@@ -194,6 +203,6 @@ def check_lora_targets(targets: list, model) -> None:
 
         linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
         raise WeMaskError(
-            f"--lora-target-modules: {', '.join(map(str, unknown))} is not a module of this model; "
-            f"use names like {','.join(linear[:8])}, or all-linear"
+            f"{flag}: {', '.join(map(str, unknown))} is not a module of this model; "
+            f"use names like {','.join(linear[:8])}" + (", or all-linear" if flag == "--lora-target-modules" else "")
         )

@@ -52,6 +52,15 @@ class TrainOptions:
     lora_alpha: int | None = option(32, NUMBER)
     lora_dropout: float | None = option(0.05, NUMBER)
     lora_target_modules: str | None = option(kind=(str, list))
+    lora_modules_to_save: str | None = option(kind=(str, list))  # TRL ModelConfig's names from here on
+    lora_task_type: str | None = option("CAUSAL_LM")
+    use_dora: bool | None = option(False, bool)
+    use_rslora: bool | None = option(False, bool)
+    model_revision: str | None = option()
+    attn_implementation: str | None = option()
+    trust_remote_code: bool | None = option(False, bool)
+    bnb_4bit_quant_type: str | None = option("nf4")
+    use_bnb_nested_quant: bool | None = option(True, bool)
     load_in_4bit: bool | None = option(False, bool)
     load_in_8bit: bool | None = option(False, bool)
     dtype: str | None = option("auto")
@@ -90,7 +99,7 @@ def check_options(opts: dict, stage_name: str, mask) -> None:
     if opts["load_in_4bit"] or opts["load_in_8bit"]:
         from ..models import quantization_config
 
-        quantization_config("4bit" if opts["load_in_4bit"] else "8bit")  # no CUDA: a clear error now, not after loading
+        quantization_config("4bit" if opts["load_in_4bit"] else "8bit", opts["bnb_4bit_quant_type"])  # now, not after loading
     if opts["overwrite"] and opts["resume"]:
         raise WeMaskError("--overwrite and --resume exclude each other: --resume continues the run, --overwrite deletes it")
     if not opts.get("dataset"):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import WeMaskError
+from .trl_vocabulary import canonical_key
 
 
 @dataclass
@@ -90,13 +91,14 @@ def read_recipe(path: str | None) -> Recipe:
         return Recipe(path)
     if not isinstance(data, dict):
         raise WeMaskError(f"--config {path} must be a mapping of option: value, not a {type(data).__name__}")
-    lines = {str(k.value).replace("-", "_"): k.start_mark.line + 1 for k, _ in root.value}
-    quoted = {str(k.value).replace("-", "_") for k, v in root.value if isinstance(v, yaml.ScalarNode) and v.style in ("'", '"')}
-    return Recipe(path, {str(key).replace("-", "_"): value for key, value in data.items()}, lines, quoted)
+    lines = {canonical_key(k.value): k.start_mark.line + 1 for k, _ in root.value}
+    quoted = {canonical_key(k.value) for k, v in root.value if isinstance(v, yaml.ScalarNode) and v.style in ("'", '"')}
+    return Recipe(path, {canonical_key(key): value for key, value in data.items()}, lines, quoted)
 
 
 def _check_keys(root, path: str) -> None:
-    """The top-level keys are option names, each given once in either spelling (max_steps and max-steps are one)."""
+    """The top-level keys are option names, each given once in any spelling (max_steps and max-steps are one, and so are
+    TRL's model_name_or_path and model)."""
     import yaml
 
     if not isinstance(root, yaml.MappingNode):
@@ -107,7 +109,7 @@ def _check_keys(root, path: str) -> None:
         if not isinstance(key, yaml.ScalarNode):
             kind = "list" if isinstance(key, yaml.SequenceNode) else "mapping"
             raise WeMaskError(f"--config {path} line {line}: a key must be an option name, not a {kind}")
-        name = str(key.value).replace("-", "_")
+        name = canonical_key(key.value)
         if name in seen and seen[name][0] != key.value:  # the same spelling twice: the strict loader names it
             raise WeMaskError(
                 f"--config {path} line {line}: {key.value!r} repeats {seen[name][0]!r} (line {seen[name][1]}): "

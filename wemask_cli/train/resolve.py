@@ -174,6 +174,17 @@ def resolve_ours(stage, options: TrainOptions, recipe: Recipe, trl_fields: set) 
     return resolved, source
 
 
+def default_eval_data(resolved: dict, source: dict, eval_strategy) -> None:
+    """As TRL's scripts do: without --eval-dataset, evaluate on a split of --dataset when --eval-split
+    (dataset_test_split) is given or evaluation is on (eval_strategy not 'no'; then the split defaults to 'test')."""
+    evaluating = getattr(eval_strategy, "value", eval_strategy) != "no"
+    if resolved["eval_dataset"] or (source["eval_split"] == "default" and not evaluating):
+        return
+    resolved["eval_dataset"], source["eval_dataset"] = resolved["dataset"], "the --dataset (TRL's dataset_test_split)"
+    if source["eval_split"] == "default":
+        resolved["eval_split"], source["eval_split"] = "test", "TRL's dataset_test_split default"
+
+
 def resolve(stage, options: TrainOptions, extra_args: list[str]) -> Resolved:
     """Resolve the run's settings and parse the WeMask flags once (MaskRequest)."""
     from ..masking import MaskRequest
@@ -198,6 +209,8 @@ def resolve(stage, options: TrainOptions, extra_args: list[str]) -> Resolved:
     for key, value in cli_trl.items():
         check_trl_value(config_class, key, value, f"--{key.replace('_', '-')}")
         trl_values[key], trl_source[key] = value, "flag"
+    if resolved["trust_remote_code"] and "trust_remote_code" in trl_fields:  # TRL loads reference models with it too
+        trl_values["trust_remote_code"], trl_source["trust_remote_code"] = True, source["trust_remote_code"]
     apply_launcher_precision(trl_values, trl_source)  # accelerate's mixed_precision sets bf16/fp16, or conflicts in one line
     for old, new in (("gradient_checkpointing", "activation_checkpointing"), ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
         if trl_source.get(old) in ("recipe", "flag") and trl_source.get(new) == "default":
@@ -208,6 +221,7 @@ def resolve(stage, options: TrainOptions, extra_args: list[str]) -> Resolved:
     except (ValueError, TypeError) as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise WeMaskError(f"wemask {stage.name}: invalid TRL setting for {config_class.__name__}: {reason}") from None
+    default_eval_data(resolved, source, args.eval_strategy)
     mask = MaskRequest.parse(
         mask_rate=resolved["mask_rate"], me_layer=resolved["me_layer"], select=resolved["select"], layers=resolved["layers"],
         strength=resolved["strength"], tokens=resolved["tokens"], seed=args.seed if resolved["mask_rate"] is not None else None,  # select=random

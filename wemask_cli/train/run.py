@@ -20,9 +20,9 @@ from ..errors import WeMaskError
 from ..method.config import WeMaskConfig
 from ..outputs import check_inputs_outside, describe_os_error
 from ..progress import say
+from . import fsdp
 from .checkpoints import PREFIX, barrier, checkpoints, checkpoint_problem, claim_run_folder
 from .distributed import check_quantized_sharding, run_facts
-from . import fsdp
 from .options import TrainOptions, check_options
 from .resolve import resolve
 from .stage import Stage, TrainContext
@@ -61,7 +61,13 @@ def load_inputs(stage: Stage, opts: dict, args):
         model_spec = str(Path(str(model_spec)).expanduser().resolve())  # adapters record their base by this path
     with args.main_process_first(desc="preparing the model"):  # a .gguf or the embedded model: converted once per node
         resolve_source(model_spec)
-    loaded = load_model(model_spec, dtype=opts["dtype"], quantization=quantization, interventions=False)  # installed by the stage
+    pretrained = {
+        "revision": opts["model_revision"], "attn_implementation": opts["attn_implementation"],
+        "trust_remote_code": opts["trust_remote_code"] or None, "quant_type": opts["bnb_4bit_quant_type"],
+        "nested": opts["use_bnb_nested_quant"],
+    }
+    loaded = load_model(model_spec, dtype=opts["dtype"], quantization=quantization, interventions=False,  # installed by the stage
+                        pretrained=pretrained)
     return train_dataset, eval_dataset, fmt, loaded
 
 
@@ -159,7 +165,7 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
     )
     from .install import lora_config
     from .records import RunRecord, write_metrics
-    from .steps import StepLines
+    from .steps import StepLines, plain_logs
 
     opts, args = resolved.opts, resolved.args
     train_dataset, eval_dataset, fmt, loaded = load_inputs(stage, opts, args)
@@ -178,6 +184,7 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
     )
     fsdp.shard_on_cpu(args)  # accelerate alone would run FSDP on the CPU as DDP
     trainer = stage.build_trainer(ctx)
+    plain_logs(trainer)
     config = stage.install(trainer, ctx)
     record.installation, record.distributed = stage.installation, run_facts(trainer, resolved)
     claim.clear()  # --overwrite: the previous output goes only now that data, model and trainer are all set up

@@ -29,3 +29,14 @@ class StepLines(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if self.counter is not None:
             self.counter.update(state.global_step, "" if self.loss is None else f"loss {self.loss:.4g}")
+
+
+def plain_logs(trainer, stream=None) -> None:
+    """In a log (stderr not a terminal) TRL's tqdm bar is one endless line of carriage returns: it gives way to
+    StepLines, and the logged losses are printed by transformers' PrinterCallback instead."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    if (stream or sys.stderr).isatty():
+        return
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(PrinterCallback)

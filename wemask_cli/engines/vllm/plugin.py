@@ -24,11 +24,14 @@ from .mask import SUPPORTED_ARCHITECTURES, VllmEngineError, arm, install_wemask,
 from .support import saved_wemask_for_vllm, version_warning
 
 ARM_VARIABLE = "WEMASK_VLLM_ARM"
+OFF_VARIABLE = "WEMASK_VLLM_PLUGIN"  # "0": the plugin does nothing in this process
 logger = logging.getLogger("wemask.vllm")
 
 
 def register() -> None:
-    """Wrap vLLM's model loader once per process (vLLM may call plugins several times)."""
+    """Wrap vLLM's model loader once per process (vLLM may call plugins several times); WEMASK_VLLM_PLUGIN=0 opts out."""
+    if os.environ.get(OFF_VARIABLE) == "0":
+        return
     from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
     if getattr(BaseModelLoader.load_model, "wemask_wrapped", False):

@@ -1,0 +1,108 @@
+"""An aware GRPO step (WeMask r = 0.3 from layer 11, LoRA r = 8) with vLLM rollouts against one with generate()
+rollouts, on the embedded SmolLM2-135M, float32, in one process.
+
+Two TRL GRPOTrainers share one hooked PEFT model: one generates with TRL's colocated vLLM engine (the mask installed
+in it, its weights synced every step, LoRA merged), the other with transformers generate() (the hooks). Each step
+is TRL's training_step (rollouts of 4 completions x 24 tokens, rewards, log-probability passes, loss, backward) and
+the optimizer step, the two trainers alternating; medians reported, first step of each discarded (warm-up).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from wemask_cli import WeMaskConfig, apply_wemask
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = WeMaskConfig(mask_rate=0.3, me_layer=11, mode="aware")
+REPEATS = 4
+
+
+def build(tmp: str):
+    """(generate() trainer, vLLM trainer) over one hooked PEFT model, and the hooks' handle."""
+    from peft import LoraConfig, get_peft_model
+    from trl import GRPOConfig, GRPOTrainer
+
+    from wemask_cli.data import load_training_data
+    from wemask_cli.engines.vllm.colocate import colocated_engine, mask_rollouts
+    from wemask_cli.models import load_model
+    from wemask_cli.rewards import format_reward
+    from wemask_cli.train.grpo import prepare_dataset
+    from wemask_cli.train.resolve import hardware_defaults
+
+    loaded = load_model(None, dtype="float32")
+    model = get_peft_model(loaded.model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, task_type="CAUSAL_LM"))
+    handle = apply_wemask(model, CONFIG)
+    dataset, _ = load_training_data("grpo", str(ROOT / "data" / "math_problems.jsonl"))
+    dataset = prepare_dataset(dataset, loaded.tokenizer, None, [format_reward])
+
+    def trainer(use_vllm: bool):
+        args = GRPOConfig(
+            output_dir=tmp, per_device_train_batch_size=4, num_generations=4, max_completion_length=24,
+            learning_rate=1e-5, report_to="none", save_strategy="no", disable_tqdm=True, seed=0, use_vllm=use_vllm,
+            vllm_max_model_length=512, **hardware_defaults(GRPOConfig),
+        )
+        return GRPOTrainer(model=model, reward_funcs=[format_reward], args=args, train_dataset=dataset,
+                           processing_class=loaded.tokenizer)  # fmt: skip
+
+    plain = trainer(False)
+    with colocated_engine(torch.float32, masked=True):
+        engine = trainer(True)
+    mask_rollouts(engine, handle.config)
+    return plain, engine, handle
+
+
+def stepper(trainer):
+    """One timed training step of `trainer` (TRL's training_step and the optimizer step) on a fixed batch."""
+    trainer.create_optimizer()
+    trainer.current_gradient_accumulation_steps = 1  # set by train() otherwise
+    batch = next(iter(trainer.get_train_dataloader()))
+
+    def step() -> float:
+        trainer.model.train()
+        start = time.perf_counter()
+        trainer.training_step(trainer.model, batch, None)
+        trainer.optimizer.step()
+        trainer.optimizer.zero_grad(set_to_none=True)
+        trainer.state.global_step += 1  # so that TRL syncs the weights into vLLM before the next rollouts
+        return time.perf_counter() - start
+
+    return step
+
+
+def run() -> dict:
+    import tempfile
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    gc.collect()  # an engine left by an earlier benchmark must be gone before this one starts
+    with tempfile.TemporaryDirectory() as tmp:
+        plain, engine, handle = build(tmp)
+        step_plain, step_vllm = stepper(plain), stepper(engine)
+        step_plain(), step_vllm()  # warm-up
+        generate_s, vllm_s = [], []
+        for i in range(REPEATS):
+            for use_vllm in ((False, True) if i % 2 == 0 else (True, False)):
+                (vllm_s if use_vllm else generate_s).append((step_vllm if use_vllm else step_plain)())
+        mismatch = engine._metrics["train"]["sampling/sampling_logp_difference/mean"]  # TRL's, one per step (not logged here)
+        handle.remove()
+        del plain, engine
+        gc.collect()
+    return {
+        "step s (generate() rollouts)": statistics.median(generate_s),
+        "step s (vLLM rollouts)": statistics.median(vllm_s),
+        "speed-up (generate / vLLM)": statistics.median(g / v for g, v in zip(generate_s, vllm_s)),
+        "vLLM-vs-trainer mean |logp diff| (max over steps)": max(mismatch),
+        "threads": torch.get_num_threads(),
+    }
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(run(), indent=2))

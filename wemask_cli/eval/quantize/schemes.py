@@ -1,0 +1,114 @@
+"""The quantization schemes `--quantize` offers, declared once and found through a registry (torch-free).
+
+A scheme is one `Scheme` (its name, the grid its weights and its inputs are rounded to, the block sizes it
+takes, a description) passed to `register`. Parsing and checking `--quantize` and `--fp4-block-size`, the error
+lines and the flags' help all read the registry; nothing else names a scheme. A new scheme is one
+`register(Scheme(...))` call here, or in any module imported before the CLI is built (its --help is made then).
+This module must import without torch (`wemask eval --help` reads it): a grid's rounding function imports the
+torch math when it is called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...errors import WeMaskError
+from . import grids
+
+DEFAULT_BLOCK_SIZE = 16  # --fp4-block-size's default
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A number format values are rounded to: `round(x, block_size)` -> x on the grid along its last dim, float32."""
+
+    name: str
+    round: Callable
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """One `--quantize` choice: the grids of weights and of inputs (None: full precision), the --fp4-block-size
+    values it takes (empty: it has no blocks), and a short description for --help."""
+
+    name: str
+    weights: Grid | None
+    inputs: Grid | None
+    description: str
+    block_sizes: tuple[int, ...] = ()
+
+
+SCHEMES: dict[str, Scheme] = {}
+
+
+def register(scheme: Scheme) -> Scheme:
+    """Make `scheme` a --quantize choice (after those registered before it)."""
+    if scheme.name != scheme.name.strip().lower() or "," in scheme.name or not scheme.name:
+        raise ValueError(f"a scheme name is lower case without commas or spaces, not {scheme.name!r}")
+    if scheme.name in SCHEMES:
+        raise ValueError(f"quantization scheme {scheme.name!r} is already registered")
+    SCHEMES[scheme.name] = scheme
+    return scheme
+
+
+def names() -> str:
+    return ", ".join(SCHEMES)
+
+
+def lookup(name: str) -> Scheme:
+    if name not in SCHEMES:
+        raise WeMaskError(f"unknown quantization scheme {name!r}: choose from {names()}")
+    return SCHEMES[name]
+
+
+def block_sizes() -> tuple[int, ...]:
+    """Every block size a registered scheme takes."""
+    return tuple(sorted({size for scheme in SCHEMES.values() for size in scheme.block_sizes}))
+
+
+def check_block_size(schemes: list[Scheme], block_size: int) -> None:
+    """--fp4-block-size must suit every chosen scheme with blocks; without one, some registered scheme."""
+    blocked = [scheme.block_sizes for scheme in schemes if scheme.block_sizes] or [block_sizes()]
+    for sizes in blocked:
+        if block_size not in sizes:
+            raise WeMaskError(f"--fp4-block-size must be one of {', '.join(map(str, sizes))}, not {block_size}")
+
+
+def check_alpha(alpha: float | None) -> None:
+    if alpha is not None and not 0.0 <= alpha <= 1.0:
+        raise WeMaskError(f"--smoothquant takes α in [0, 1] (0.5 is usual), not {alpha}")
+
+
+def parse_schemes(text: str, *, block_size: int = DEFAULT_BLOCK_SIZE, smoothquant: float | None = None) -> list[str]:
+    """`--quantize none,w8a8,...` -> validated, de-duplicated names in the given order (the block size and
+    SmoothQuant's α are checked too, so a bad flag fails before the model loads)."""
+    chosen = list(dict.fromkeys(part.strip().lower() for part in text.split(",") if part.strip()))
+    if not chosen:
+        raise WeMaskError(f"--quantize needs at least one of {names()}")
+    check_block_size([lookup(name) for name in chosen], block_size)
+    check_alpha(smoothquant)
+    return chosen
+
+
+def quantize_help() -> str:
+    """--quantize's help: every registered scheme with its description."""
+    listed = ", ".join(f"{scheme.name} ({scheme.description})" for scheme in SCHEMES.values())
+    return f"Comma list of simulated quantizations, swept like mask rates: {listed}."
+
+
+def block_size_help() -> str:
+    """--fp4-block-size's help: the schemes with blocks and the sizes they take."""
+    blocked = [scheme.name for scheme in SCHEMES.values() if scheme.block_sizes]
+    return f"--quantize {', '.join(blocked)}: values per scale block ({' or '.join(map(str, block_sizes()))})."
+
+
+INT8 = Grid("int8", grids.round_int8)
+INT4 = Grid("int4", grids.round_int4)
+FP4 = Grid("fp4", grids.quantize_fp4)
+
+register(Scheme("none", None, None, "full precision"))
+register(Scheme("w8a8", INT8, INT8, "INT8 weights and inputs"))
+register(Scheme("w4a8", INT4, INT8, "INT4 weights, INT8 inputs"))
+register(Scheme("w4a4", INT4, INT4, "INT4 weights and inputs"))
+register(Scheme("fp4", FP4, FP4, "FP4 E2M1 weights and inputs, one scale per block", block_sizes=(16, 32)))
