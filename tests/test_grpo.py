@@ -426,3 +426,15 @@ def test_an_all_nan_reward_stops_the_run_with_one_line(monkeypatch, capsys, tmp_
         f"reward '{rewards}:nan' returned no number for any of the 4 completions (all NaN or None), so GRPO has nothing "
         "to learn from: check what it computes"
     )
+
+
+def test_an_all_zero_reward_step_warns_once(monkeypatch, capsys, tmp_path, tiny_model_dir, prompts_file, length_reward):
+    rewards = tmp_path / "zero_rewards.py"
+    rewards.write_text("def zero(completions, **kwargs):\n    return [0.0] * len(completions)\n")
+    from conftest import run_main
+
+    base = ["grpo", "--model", tiny_model_dir, "--dataset", prompts_file]
+    for reward, expected in ((f"{rewards}:zero", 1), (length_reward, 0)):
+        args = [*base, "--output-dir", str(tmp_path / reward[-4:]), "--reward", reward, *flags(max_steps=2, logging_steps=1)]
+        code, _, err = run_main(monkeypatch, capsys, *args)
+        assert code == 0 and err.count("every completion got reward 0") == expected, err

@@ -22,14 +22,25 @@ FORMS = ("relative", "absolute", "dot", "symlink")
 USER_PATHS = ("notes.txt", "runs/notes.txt", "checkpoint-1/mine.txt", "sub/deep/x.txt", "eval/mine.txt", "metrics.json")
 
 
+@contextlib.contextmanager
+def cwd(path: Path):
+    """contextlib.chdir, which Python 3.10 lacks."""
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 def stub_run(base: Path, form: str, *, overwrite: bool, resume: bool, finish: bool = True) -> None:
     """A training run of two checkpoints and (unless interrupted) a final save, through the real claim."""
     folder = base / "runs" / "x"
-    arg, cwd = {"relative": ("runs/x", base), "absolute": (str(folder), base), "dot": (".", folder),
+    arg, where = {"relative": ("runs/x", base), "absolute": (str(folder), base), "dot": (".", folder),
                 "symlink": ("link", base)}[form]  # fmt: skip
     if form == "dot":
         folder.mkdir(parents=True, exist_ok=True)
-    with contextlib.chdir(cwd), claim_output_dir(arg, overwrite=overwrite, resume=resume, kind="sft", resumable=True) as claim:
+    with cwd(where), claim_output_dir(arg, overwrite=overwrite, resume=resume, kind="sft", resumable=True) as claim:
         out = Path(arg)
         if resume and (out / "metrics.json").exists():
             raise WeMaskError("--resume: a finished run")  # as train.checkpoints.resume_checkpoint refuses

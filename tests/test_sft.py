@@ -230,6 +230,9 @@ def test_two_processes_train_and_save_once(tmp_path, tiny_model_dir):
     assert log.count("wemask: saved to") == 1 and log.count("WeMask aware") == 1
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["world_size"] == 2 and metrics["global_step"] == 2
+    facts = json.loads((out / "wemask_run.json").read_text())["distributed"]  # what ran, and who said so
+    assert facts["type"] == {"value": "MULTI_CPU", "source": "torchrun"} and facts["sharding"] == {"value": "DDP", "source": "torchrun"}
+    assert facts["world_size"]["value"] == 2 and facts["precision"] == {"value": "no", "source": "default"}
     for checkpoint in ("checkpoint-1", "checkpoint-2"):
         assert (out / checkpoint / "wemask_config.json").is_file()
 

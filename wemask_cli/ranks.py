@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from contextlib import contextmanager
 from datetime import timedelta
 
 ERROR_KEY = "wemask/error"  # the main process's fatal error, on the launcher's key-value store
@@ -53,21 +52,6 @@ def barrier() -> None:
         import torch.distributed as dist
 
         dist.barrier()
-
-
-@contextmanager
-def main_process_first(local: bool = True):
-    """The block runs on the main process (of each node with `local`) first, the others wait and run it after
-    (finding its result cached). Every process of the group must enter it; a no-op without a process group."""
-    if not group_ready():
-        yield
-        return
-    main = int(os.environ.get("LOCAL_RANK", "0") if local else rank()) == 0
-    if not main:
-        barrier()
-    yield
-    if main:
-        barrier()
 
 
 def from_main(decide: Callable[[], object]):

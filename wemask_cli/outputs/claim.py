@@ -86,8 +86,8 @@ class OutputClaim:
         if plan is None or not self.active:
             return
         fresh = self.manifest.plan()  # again: the folder may have changed since the claim
-        if plan.nested:
-            say(f"--overwrite: keeping {_listing(plan.nested)} in {self.path}: written by another wemask command")
+        if fresh.nested:
+            say(f"--overwrite: keeping {_listing(fresh.nested)} in {self.path}: written by another wemask command")
         if fresh.files or fresh.folders:
             say(f"--overwrite: deleting the previous output in {self.path} ({_listing(self.manifest.top_names())})")
         try:
@@ -114,7 +114,7 @@ class OutputClaim:
             except (OSError, ValueError, AttributeError):
                 pass
             self.lock_path = None
-        if failed and self.created and not _entries(self.path) and not self.manifest.top_names():
+        if failed and self.created and self.path.is_dir() and not _entries(self.path) and not self.manifest.top_names():
             self._remove_created()
 
     def _remove_created(self) -> None:
@@ -125,7 +125,7 @@ class OutputClaim:
             except OSError:
                 return
 
-    def __enter__(self) -> OutputClaim:
+    def __enter__(self) -> OutputClaim:  # noqa: PYI034 (no typing.Self on Python 3.10)
         return self
 
     def __exit__(self, kind, value, tb) -> None:
@@ -144,7 +144,8 @@ def claim_output_dir(
     check_writable(folder, is_dir=True, flag=flag)
     if not is_main_process():
         return OutputClaim(folder)
-    created = [p for p in (folder.absolute(), *folder.absolute().parents) if not os.path.lexists(p)]
+    absolute = Path(os.path.abspath(folder))
+    created = [p for p in (absolute, *absolute.parents) if not os.path.lexists(p)]
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:

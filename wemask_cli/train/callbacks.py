@@ -1,5 +1,5 @@
 """Trainer callbacks of a wemask run: records in every checkpoint, a stop on divergence, a clean stop on Ctrl-C,
-no extra step when resuming a run that had finished training.
+no extra step when resuming a run that had finished training, a warning when GRPO learns nothing.
 
 Imported only when a run starts (it imports transformers).
 """
@@ -166,3 +166,21 @@ class SaveOnInterrupt(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
         return control
+
+
+class NoRewardSignal(TrainerCallback):
+    """GRPO: one warning the first time every completion of a logged step scored 0 (no learning signal at all)."""
+
+    def __init__(self) -> None:
+        self.warned = False
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = logs or {}
+        if self.warned or logs.get("reward") != 0 or logs.get("reward_std", 0) != 0 or not state.is_world_process_zero:
+            return
+        from ..progress import warn
+
+        self.warned = True
+        warn(f"grpo step {state.global_step}: every completion got reward 0, so the advantages and gradients are 0 "
+             "(nothing is learned): check the rewards against the data (the answer column), a longer "
+             "--max-completion-length, or a --reward format:W shaping term")

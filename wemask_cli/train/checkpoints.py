@@ -149,3 +149,26 @@ def claim_run_folder(output: Path, opts: dict, args, kind: str) -> tuple[OutputC
         claim.release(failed=True)
         raise
     return claim, resume_from
+
+
+SCHEDULE_FIELDS = ("max_steps", "num_train_epochs", "learning_rate", "lr_scheduler_type", "warmup_steps", "warmup_ratio",
+                   "per_device_train_batch_size", "gradient_accumulation_steps")
+
+
+def warn_schedule_change(resume_from: str | None, args) -> None:
+    """One warning when --resume continues with settings that shape the learning-rate schedule changed (the
+    scheduler is restored from the checkpoint, so a new --max-steps bends the curve from here on)."""
+    if not resume_from:
+        return
+    try:
+        started = json.loads((Path(resume_from) / RUN_NAME).read_text()).get("trl_args") or {}
+    except (OSError, ValueError):  # checked complete when chosen; a missing record only loses this warning
+        return
+    now = args.to_dict()  # the form the record was written in (enums as their values)
+    changed = [f"{name} {started[name]} -> {now[name]}" for name in SCHEDULE_FIELDS
+               if name in started and name in now and started[name] != now[name]]
+    if changed:
+        from ..progress import warn
+
+        warn(f"--resume changes the learning-rate schedule of the run ({'; '.join(changed)}): the restored scheduler "
+             "continues with the new settings; resume with the run's own flags to keep its curve")

@@ -181,13 +181,15 @@ class GRPOStage(Stage):
     def build_trainer(self, ctx: TrainContext):
         from trl import GRPOTrainer
 
+        from .callbacks import NoRewardSignal
+
         chat = ctx.options.get("chat_template")
         train = prepare_dataset(ctx.train_dataset, ctx.tokenizer, chat, self.rewards)
         evaluation = prepare_dataset(ctx.eval_dataset, ctx.tokenizer, chat, self.rewards, what="--eval-dataset")
         with vllm_engine(ctx):
             return GRPOTrainer(
                 model=ctx.model, reward_funcs=self.rewards, args=ctx.args, train_dataset=train, eval_dataset=evaluation,
-                processing_class=ctx.tokenizer, peft_config=ctx.peft_config, callbacks=ctx.callbacks,
+                processing_class=ctx.tokenizer, peft_config=ctx.peft_config, callbacks=[*ctx.callbacks, NoRewardSignal()],
             )
 
     def install(self, trainer, ctx: TrainContext) -> WeMaskConfig:

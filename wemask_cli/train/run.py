@@ -163,6 +163,7 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
         StopOnNonFinite,
         TrainingAlreadyDone,
     )
+    from .checkpoints import warn_schedule_change
     from .install import lora_config
     from .records import RunRecord, write_metrics
     from .steps import StepLines, plain_logs
@@ -173,6 +174,7 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
     config = wemask_for_run(resolved, loaded, resumed)
     where = f"--resume: {resume_from}" if resume_from else f"--model {loaded.source}"
     remedies, remedy_weights = remedies_for_run(resolved, resumed if resume_from else loaded.saved, where)
+    warn_schedule_change(resume_from, args)
     record = RunRecord(stage, resolved, resume_from)
     record.source, record.data_format = loaded.source, fmt.name
     interrupt, divergence = Interrupt(), StopOnNonFinite()

@@ -57,6 +57,22 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "SCHEMES", "Grid", "Scheme", "check_alpha", "check_block_size", "lookup",
-           "parse_schemes", "quantize_fp4", "quantize_int", "register", "round_to_e2m1", "round_to_int_grid",
-           *TORCH_NAMES]
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "SCHEMES",
+    "Grid",
+    "Scheme",
+    "activation_maxima",
+    "check_alpha",
+    "check_block_size",
+    "lookup",
+    "parse_schemes",
+    "quantize_fp4",
+    "quantize_int",
+    "register",
+    "round_to_e2m1",
+    "round_to_int_grid",
+    "simulate",
+    "smoothing_factors",
+    "target_linears",
+]

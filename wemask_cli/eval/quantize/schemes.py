@@ -52,13 +52,14 @@ def register(scheme: Scheme) -> Scheme:
     return scheme
 
 
-def names() -> str:
+def choices() -> str:
+    """The registered names, comma-separated (for error lines)."""
     return ", ".join(SCHEMES)
 
 
 def lookup(name: str) -> Scheme:
     if name not in SCHEMES:
-        raise WeMaskError(f"unknown quantization scheme {name!r}: choose from {names()}")
+        raise WeMaskError(f"unknown quantization scheme {name!r}: choose from {choices()}")
     return SCHEMES[name]
 
 
@@ -85,7 +86,7 @@ def parse_schemes(text: str, *, block_size: int = DEFAULT_BLOCK_SIZE, smoothquan
     SmoothQuant's α are checked too, so a bad flag fails before the model loads)."""
     chosen = list(dict.fromkeys(part.strip().lower() for part in text.split(",") if part.strip()))
     if not chosen:
-        raise WeMaskError(f"--quantize needs at least one of {names()}")
+        raise WeMaskError(f"--quantize needs at least one of {choices()}")
     check_block_size([lookup(name) for name in chosen], block_size)
     check_alpha(smoothquant)
     return chosen
