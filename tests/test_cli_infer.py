@@ -260,7 +260,7 @@ def test_an_encoder_model_is_refused_by_infer_and_sft(monkeypatch, capsys, bert_
 def test_saved_interventions_are_reinstalled_by_load_model(tiny_model_dir, tmp_path, monkeypatch, capsys):
     import torch
 
-    from wemask_cli.interventions import install_all
+    from wemask_cli.interventions import install_all, save_interventions
     from wemask_cli.interventions.gated_norm import GatedNorm
     from wemask_cli.models import load_model
 
@@ -272,7 +272,7 @@ def test_saved_interventions_are_reinstalled_by_load_model(tiny_model_dir, tmp_p
     with torch.no_grad():
         for parameter in installation.parameters():
             parameter.add_(0.5)  # away from the identity, so re-applying it changes the logits
-    installation.save(run_dir)
+    save_interventions(run_dir, installation)
     ids = torch.tensor([[5, 6, 7, 8]])
     expected = plain.model(ids).logits
 

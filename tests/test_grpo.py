@@ -314,6 +314,9 @@ def test_refused_settings_exit_2_before_the_model_loads(cli, args, message):
 
 def test_check_allows_vllm_in_free_mode_and_without_a_mask(tiny_model_dir):
     from trl import GRPOConfig
+    from vllm_support import require_vllm
+
+    require_vllm()  # --use-vllm without vLLM is one line (VllmEngineError) before the model loads
 
     def args():
         return GRPOConfig(output_dir="unused", use_cpu=True, bf16=False, use_vllm=True, per_device_train_batch_size=8)

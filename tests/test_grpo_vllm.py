@@ -253,3 +253,9 @@ def test_aware_mode_on_an_architecture_vllm_cannot_mask_is_refused_before_loadin
     code, _, err = run_main(monkeypatch, capsys, "grpo", "--model", str(tmp_path), "--dataset", MATH, "--output-dir",
                             str(tmp_path / "out"), "--use-vllm", "--mask-rate", "0.3", "--me-layer", "1")  # fmt: skip
     assert code == 2 and err.count("\n") == 1 and "not covered by the vLLM mask" in err, err
+
+
+def test_use_vllm_without_vllm_is_one_line_before_the_model_loads(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    code, _, err = run_main(monkeypatch, capsys, "grpo", "--dataset", MATH, "--output-dir", "unused", "--use-vllm")
+    assert code == 2 and err.count("\n") == 1 and "vLLM is not installed" in err, err

@@ -20,6 +20,7 @@ from wemask_cli.interventions import (
     flag_specs,
     install_all,
     load_saved,
+    save_interventions,
 )
 from wemask_cli.interventions.gated_attention import GatedAttention
 from wemask_cli.interventions.gated_norm import GatedNorm
@@ -196,7 +197,7 @@ def test_saved_run_round_trip_with_weights(tmp_path):
     installation = install_all(model, [WeMaskConfig(mask_rate=0.3, me_layer=1, mode="aware"), *REMEDIES])
     perturb(installation)
     expected = logits(model)
-    written = installation.save(tmp_path)
+    written = save_interventions(tmp_path, installation)
     assert sorted(p.name for p in written) == sorted([WEIGHTS_FILE, INTERVENTIONS_FILE, CONFIG_NAME])
     assert not list(tmp_path.glob(".*tmp")), "temporary files left behind"
     record = json.loads((tmp_path / INTERVENTIONS_FILE).read_text())
@@ -226,7 +227,7 @@ def test_plain_transformers_loads_the_base_without_the_remedies(tmp_path):
     perturb(installation)
     trained = logits(model)
     model.save_pretrained(tmp_path)
-    installation.save(tmp_path)
+    save_interventions(tmp_path, installation)
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     assert torch.equal(logits(reloaded), plain)
     load_saved(tmp_path).install(reloaded)

@@ -14,7 +14,7 @@ Ranks (a module may import its own rank or lower, except as the rules below say)
     5  commands/                  one module per command; never imports another command (its helpers are named
                                   after it: report_settings.py belongs to report.py)
     4  eval/, train/              the machinery of a command family; eval and train never import each other
-    3  engines/                   where a forward runs (vLLM); imported only by commands/ and train/
+    3  engines/                   where a forward runs (vLLM); imported only by commands/, eval/ and train/
     2  models, locate_cache, data/, interventions/, prompts, masking, massive, rewards/
                                   the building blocks eval and train share
     1  outputs/, progress, ranks, versions, finite, hub, model_names, resources/, kernel_notice
@@ -51,7 +51,7 @@ RANKS = {
 }
 EDGE = ("cli", "render", "__main__")
 EDGE_ONLY = ("rich", "typer")
-ENGINE_USERS = ("commands", "train", "engines")
+ENGINE_USERS = ("commands", "eval", "train", "engines")
 IMPORT_CALLS = ("importlib.import_module", "import_module", "__import__", "importlib.__import__")
 
 
@@ -206,7 +206,7 @@ def rule_broken(here: str, there: str, exact: bool) -> str | None:
     if {a, b} == {"eval", "train"}:
         return "eval and train never import each other"
     if b == "engines" and a not in ENGINE_USERS:
-        return "only commands/ and train/ import engines/"
+        return "only commands/, eval/ and train/ import engines/"
     return None
 
 
@@ -344,7 +344,7 @@ PLANTED = {
     "wemask_cli/data/deep/__init__.py": "from ... import render\n",
     "wemask_cli/data/deep/far.py": "from .... import outside\n",
     "wemask_cli/eval/__init__.py": "from ..train import run\n",
-    "wemask_cli/eval/tasks.py": "from ..engines import vllm\n",
+    "wemask_cli/render/tasks.py": "from ..engines import vllm\n",
     "wemask_cli/train/__init__.py": "",
     "wemask_cli/train/run.py": "from wemask_cli.engines import vllm\nfrom .stage import Stage\n",
     "wemask_cli/train/stage.py": "def f():\n    from . import run\n",
@@ -374,7 +374,7 @@ def test_the_checker_catches_each_kind_of_violation():
         "data/deep/__init__.py:1 imports wemask_cli.render: data (rank 2) may not import render",  # three dots
         "data/deep/far.py: relative import beyond the top-level package",
         "eval/__init__.py:1 imports wemask_cli.train.run: eval and train never import each other",
-        "eval/tasks.py:1 imports wemask_cli.engines.vllm: only commands/ and train/ import engines/",
+        "render/tasks.py:1 imports wemask_cli.engines.vllm: only commands/, eval/ and train/ import engines/",
         "render/common.py:2 imports wemask_cli.cli: render may not import cli",
         "newthing.py: wemask_cli.newthing has no rank",
         "method/mask.py:1 imports wemask_cli.progress: method (rank 0) may not import progress (rank 1)",

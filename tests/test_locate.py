@@ -524,7 +524,7 @@ def test_norms_are_recorded_during_locates_own_pass(tiny_tokenizer):
 
 
 def test_locate_measures_a_model_with_the_interventions_it_carries(monkeypatch, capsys, tiny_model_dir, tmp_path):
-    from wemask_cli.interventions import install_all
+    from wemask_cli.interventions import install_all, save_interventions
     from wemask_cli.interventions.gated_norm import GatedNorm
     from wemask_cli.models import load_model
 
@@ -536,7 +536,7 @@ def test_locate_measures_a_model_with_the_interventions_it_carries(monkeypatch, 
     with torch.no_grad():
         for parameter in installation.parameters():
             parameter.add_(0.5)
-    installation.save(run_dir)
+    save_interventions(run_dir, installation)
     reports = {}
     for name, model in (("plain", tiny_model_dir), ("remedied", str(run_dir))):
         code, _, err = run_main(monkeypatch, capsys, "locate", "--model", model, "--json", str(tmp_path / f"{name}.json"))

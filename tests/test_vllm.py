@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import run_main
 from vllm_support import ME_LAYER, masked_run_folder, require_vllm, vllm_environment
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from vllm_support import ME_LAYER, masked_run_folder, require_vllm
 
 PROMPT = "The capital of France is Paris. The capital of Italy is"

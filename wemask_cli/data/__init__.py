@@ -2,6 +2,7 @@
 
 - readers.py   files (.jsonl/.json/.parquet/.csv, plain text of any name) and hub datasets
 - folders.py   a save_to_disk folder or a folder of data files (a hub snapshot)
+- local.py     a local file or folder, whichever it is
 - columns.py   dotted paths into nested records, --dataset-columns
 - formats.py   the layouts each stage accepts, per-row checks
 - verl.py      verl's RL layout, recognised without flags
@@ -19,10 +20,10 @@ from .columns import (
     parse_column_map,
 )
 from .formats import FORMATS, DataFormat, check_rows, detect_format, is_conversation, text_problem
+from .local import load_local
 from .readers import (
     LOCAL_SUFFIXES,
     load_hub,
-    load_local,
     looks_local,
     read_json_rows,
     read_text,

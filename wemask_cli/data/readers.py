@@ -176,23 +176,6 @@ def load_file(path: Path, split: str | None, where: str):
     return dataset, None
 
 
-def load_local(path: Path, split: str | None, where: str, config: str | None = None):
-    """A datasets.Dataset from a local file or folder (`config`: its subfolder), plus row labels (None for parquet)."""
-    if path.is_dir():
-        from .folders import load_folder
-
-        return load_folder(path, split, where, config)
-    if not path.is_file():
-        raise WeMaskError(f"{where} {path}: no such file")
-    suffix = path.suffix.lower()
-    if suffix not in LOCAL_SUFFIXES:
-        raise WeMaskError(
-            f"{where} {path}: unsupported file type {suffix or '(no extension)'!r}; use {', '.join(LOCAL_SUFFIXES)}, "
-            "a folder of them, or a hub dataset name"
-        )
-    return load_file(path, split, where)
-
-
 def load_hub(name: str, split: str | None, config: str | None, where: str):
     """A hub dataset (network or a filled HF cache); failures become one line."""
     from datasets import load_dataset

@@ -6,10 +6,11 @@ from pathlib import Path
 
 from ..errors import WeMaskError
 from ..progress import warn
+from .chat_layouts import adapt_alpaca, adapt_sharegpt
 from .columns import apply_column_map, parse_column_map
 from .formats import check_rows, detect_format
-from .readers import load_hub, load_local, looks_local
-from .chat_layouts import adapt_alpaca, adapt_sharegpt
+from .local import load_local
+from .readers import load_hub, looks_local
 from .verl import adapt_verl
 
 # Layouts recognised without flags, tried in order; each returns (dataset, format) or None. A new layout is one

@@ -26,6 +26,8 @@ from ..data import (
 )
 from ..errors import WeMaskError
 
+TRUNCATED_NOTE = "`truncated: true` in examples.jsonl"  # said with the warning of every cut eval prompt
+
 # Column names tried in order when a --*-field flag is not given (MMLU, ARC, PIQA, HellaSwag, GSM8K,
 # MATH-500, XSTest, wikitext layouts). A comma list means several columns, one per option (PIQA).
 FIELD_CANDIDATES = {

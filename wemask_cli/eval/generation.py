@@ -8,8 +8,8 @@ import torch
 
 from ..engines import engine_of
 from ..prompts import left_truncate, render_prompt, warn_truncated
+from .data import TRUNCATED_NOTE
 from .scoring import model_device, pad_id_of
-from .tasks.base import TRUNCATED_NOTE
 
 
 def encode_prompts(tokenizer, prompts: list, chat: bool, max_positions: int | None, max_new_tokens: int

@@ -5,9 +5,8 @@ Torch-free at import: `install()` implementations import torch and `wemask_cli.m
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 

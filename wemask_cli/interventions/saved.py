@@ -49,7 +49,7 @@ class SavedRun:
 
     def install(self, model, *, active=None, include_wemask: bool = True):
         """install_all() these configs with their weights; `include_wemask=False` leaves WeMask to the caller."""
-        from . import install_all
+        from .installation import install_all
 
         configs = self.configs if include_wemask else self.remedies
         return install_all(model, configs, weights=self.weights, active=active)

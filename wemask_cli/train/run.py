@@ -21,7 +21,7 @@ from ..method.config import WeMaskConfig
 from ..outputs import check_inputs_outside, describe_os_error
 from ..progress import say
 from . import fsdp
-from .checkpoints import PREFIX, barrier, checkpoints, checkpoint_problem, claim_run_folder
+from .checkpoints import PREFIX, barrier, checkpoint_problem, checkpoints, claim_run_folder
 from .distributed import check_quantized_sharding, run_facts
 from .options import TrainOptions, check_options
 from .resolve import resolve

@@ -91,11 +91,7 @@ class VllmEngine:
 
 
 def check_request(request, source: str) -> WeMaskConfig | None:
-    """Before any model loads: vLLM present, the folder's saved mask and remedies, the flags. Returns the saved mask."""
-    vllm = require_vllm()
-    warning = version_warning(vllm.__version__)
-    if warning:
-        print(warning, file=sys.stderr)
+    """Before any model loads: the folder's saved mask and remedies, the flags. Returns the saved mask."""
     if (Path(source) / "adapter_config.json").is_file():
         raise VllmEngineError(
             f"{source} is a LoRA adapter folder: the vLLM engine loads full model folders; merge the adapter into "
@@ -119,18 +115,22 @@ def vllm_dtype(dtype: str) -> str:
     return dtype
 
 
-def load_vllm(spec: str | None, dtype: str, request, mode: str | None = None):
+def load_vllm(spec: str | None, dtype: str, request):
     """(LoadedModel whose model is a VllmEngine, the mask configs to run). `--me-layer auto` locates the ME layer
     with the transformers model first (cached per model), then frees it."""
     from ...models import LoadedModel, load_model, resolve_dtype, resolve_source, saved_run
 
-    source = resolve_source(spec)
+    vllm = require_vllm()  # before the embedded model is converted or anything is read
+    warning = version_warning(vllm.__version__)
+    if warning:
+        print(warning, file=sys.stderr)
     resolve_dtype(dtype)  # the same one-line error for a bad --dtype
+    source = resolve_source(spec)
     check_request(request, source)
     plain = LoadedModel(model=None, tokenizer=None, source=source, saved=saved_run(source))
     if request.effective_me_layer(plain.saved_wemask) == "auto":
         plain = load_model(source, dtype=dtype, interventions=False)
-    configs = request.configs(plain, mode)
+    configs = request.configs(plain)
     for config in configs:
         if config is not None:
             check_config(config)

@@ -10,14 +10,15 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..data import EvalData
-from ..settings import EvalSettings
 from ..stats import Metric
 
+if TYPE_CHECKING:
+    from ..settings import EvalSettings
+
 CALIBRATION = 8  # sequences a task offers as `Prepared.samples`
-TRUNCATED_NOTE = "`truncated: true` in examples.jsonl"  # said with the warning of every cut eval prompt
 
 
 @dataclass

@@ -12,9 +12,9 @@ from __future__ import annotations
 from ...data import column_value
 from ...errors import WeMaskError
 from ...prompts import left_truncate, render_prompt, warn_truncated
-from ..data import EvalData, parse_answer_index, parse_choices, pick_field, require_text
+from ..data import TRUNCATED_NOTE, EvalData, parse_answer_index, parse_choices, pick_field, require_text
 from ..stats import proportion
-from .base import CALIBRATION, TRUNCATED_NOTE, Prepared, Scored, Task, check_fewshot, fewshot_draws
+from .base import CALIBRATION, Prepared, Scored, Task, check_fewshot, fewshot_draws
 
 DELIMITER = " "  # lm-eval's target_delimiter
 FEWSHOT_SEPARATOR = "\n\n"  # lm-eval's fewshot_delimiter

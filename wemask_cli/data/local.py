@@ -1,0 +1,24 @@
+"""A local dataset: one file (readers.py) or a folder of them (folders.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import WeMaskError
+from .folders import load_folder
+from .readers import LOCAL_SUFFIXES, load_file
+
+
+def load_local(path: Path, split: str | None, where: str, config: str | None = None):
+    """A datasets.Dataset from a local file or folder (`config`: its subfolder), plus row labels (None for parquet)."""
+    if path.is_dir():
+        return load_folder(path, split, where, config)
+    if not path.is_file():
+        raise WeMaskError(f"{where} {path}: no such file")
+    suffix = path.suffix.lower()
+    if suffix not in LOCAL_SUFFIXES:
+        raise WeMaskError(
+            f"{where} {path}: unsupported file type {suffix or '(no extension)'!r}; use {', '.join(LOCAL_SUFFIXES)}, "
+            "a folder of them, or a hub dataset name"
+        )
+    return load_file(path, split, where)

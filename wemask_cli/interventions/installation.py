@@ -1,0 +1,86 @@
+"""install_all(): several interventions installed on one model as one `Installation` (torch-free at import)."""
+
+from __future__ import annotations
+
+from ..method.config import WeMaskConfig
+from .base import Active, Installed, Intervention, InterventionConfigError
+from .registry import kinds
+from .wemask import WeMask
+
+
+class Installation:
+    """Several installed interventions, one per kind, in install order (WeMask first, then the remedies)."""
+
+    def __init__(self, items: list[Installed]):
+        self.items = items
+
+    @property
+    def configs(self) -> list[Intervention]:
+        """The resolved configs (WeMask with its dims), as saved."""
+        return [item.config for item in self.items]
+
+    @property
+    def wemask(self) -> WeMaskConfig | None:
+        """The resolved WeMaskConfig, if WeMask is one of the items."""
+        return next((item.config.config for item in self.items if item.config.kind == "wemask"), None)
+
+    def parameters(self) -> list:
+        return [p for item in self.items for p in item.parameters()]
+
+    def state_dict(self) -> dict:
+        """{"<kind>.<local name>": tensor} over every item with parameters."""
+        return {f"{item.config.kind}.{k}": v for item in self.items for k, v in item.state_dict().items()}
+
+    def load_state_dict(self, weights: dict) -> None:
+        """Load weights saved by state_dict(); names of kinds not installed are an error."""
+        own = {item.config.kind for item in self.items}
+        stray = sorted({name.split(".", 1)[0] for name in weights} - own)
+        if stray:
+            raise InterventionConfigError(f"weights for {stray} given, but those interventions are not installed")
+        for item in self.items:
+            prefix = f"{item.config.kind}."
+            if item.config.has_parameters:
+                item.load_state_dict({k[len(prefix) :]: v for k, v in weights.items() if k.startswith(prefix)})
+
+    def describe(self) -> list[str]:
+        return [item.config.describe() for item in self.items]
+
+    def remove(self) -> None:
+        """Remove every item, last installed first (idempotent)."""
+        for item in reversed(self.items):
+            item.remove()
+
+    def __enter__(self) -> "Installation":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+def _as_intervention(config) -> Intervention:
+    if isinstance(config, WeMaskConfig):
+        return WeMask(config)
+    if not isinstance(config, Intervention):
+        raise TypeError(f"install_all takes Intervention configs or WeMaskConfig, not {type(config).__name__}")
+    return config
+
+
+def install_all(model, configs, *, weights: dict | None = None, active: Active | None = None) -> Installation:
+    """Install `configs` (Interventions; a WeMaskConfig is taken as WeMask) on `model`, one per kind, in registry
+    order; load `weights` (as saved) when given, else the remedies start at the identity. `active` is passed
+    to every install (see base.Active). On any error, what was installed is removed before re-raising."""
+    order = list(kinds())
+    chosen = sorted((_as_intervention(c) for c in configs if c is not None), key=lambda c: order.index(c.kind))
+    names = [c.kind for c in chosen]
+    if len(set(names)) != len(names):
+        raise InterventionConfigError(f"one intervention per kind: got {names}")
+    installation = Installation([])
+    try:
+        for config in chosen:
+            installation.items.append(config.install(model, active=active))
+        if weights:
+            installation.load_state_dict(weights)
+    except BaseException:
+        installation.remove()
+        raise
+    return installation
