@@ -57,7 +57,7 @@ def test_help_cites_the_papers():
     "args, suggestion",
     [
         (("sft", "--dataset", "d.jsonl", "--learning-rat", "1e-5"), "did you mean --learning-rate?"),
-        (("dpo", "--mask_rate", "0.3"), "did you mean --mask-rate?"),
+        (("dpo", "--bta", "0.3"), "did you mean --beta"),
         (("grpo", "--num-generation", "4"), "did you mean --num-generations or"),
         (("sft", "--gated-nrom", "both"), "did you mean --gated-norm"),
         (("eval", "--limt", "3"), "did you mean --limit"),

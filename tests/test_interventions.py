@@ -247,7 +247,7 @@ def test_legacy_and_broken_saved_runs(tmp_path):
     with pytest.raises(WeMaskError, match="dims='all' is not valid"):
         load_saved(tmp_path)
 
-    install_all(make_tiny_model("llama"), [GatedNorm(rank=2)]).save(tmp_path / "run")
+    save_interventions(tmp_path / "run", install_all(make_tiny_model("llama"), [GatedNorm(rank=2)]))
     (tmp_path / "run" / WEIGHTS_FILE).unlink()
     with pytest.raises(WeMaskError, match="interventions.safetensors is missing"):
         load_saved(tmp_path / "run")
@@ -260,7 +260,7 @@ def test_legacy_and_broken_saved_runs(tmp_path):
 
 
 def test_weights_that_do_not_fit_are_refused(tmp_path):
-    install_all(make_tiny_model("llama"), [GatedNorm(rank=2)]).save(tmp_path)
+    save_interventions(tmp_path, install_all(make_tiny_model("llama"), [GatedNorm(rank=2)]))
     saved = load_saved(tmp_path)
     with pytest.raises(WeMaskError, match="missing"):
         install_all(make_tiny_model("llama"), [GatedNorm(rank=2, layers="0:2")], weights=saved.weights)

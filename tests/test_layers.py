@@ -20,7 +20,7 @@ Ranks (a module may import its own rank or lower, except as the rules below say)
     1  outputs/, progress, ranks, versions, finite, hub, model_names, resources/, kernel_notice
                                   plumbing with no knowledge of models or data
     0  method/, the package root  the science (torch only); wemask_cli/__init__.py re-exports it lazily
-   -1  errors                     imported by every module
+   -1  errors, atomic             imported by every module (the user-facing error family; atomic writes)
 
 Only cli/, render/ and __main__ import rich or typer; render never imports cli. A module without a rank (a new
 top-level module or folder) fails the test until it is given one here.
@@ -47,7 +47,7 @@ RANKS = {
     **dict.fromkeys(("outputs", "progress", "ranks", "versions", "finite", "hub", "model_names", "resources",
                      "kernel_notice"), 1),
     **dict.fromkeys(("method", ""), 0),
-    "errors": -1,
+    **dict.fromkeys(("errors", "atomic"), -1),
 }
 EDGE = ("cli", "render", "__main__")
 EDGE_ONLY = ("rich", "typer")

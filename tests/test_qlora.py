@@ -78,6 +78,8 @@ def test_one_4bit_aware_sft_step_and_infer_reloads_the_masked_adapter(monkeypatc
     )
     model = result.trainer.model
     assert any(isinstance(m, bnb.nn.Linear4bit) for m in model.modules())  # the base really is 4-bit
+    err = capsys.readouterr().err
+    assert err.count("4-bit on CPU: ") == 1 and "Failed to load CPU gemm_4bit_forward" not in err  # one wemask line
     assert masked_layers(model) == list(range(11, 30))  # the mask's hooks sit on the 4-bit model
     assert 0 < result.metrics["final_loss"] < 20 and result.metrics["peft"]
     assert (out / "adapter_model.safetensors").is_file()

@@ -252,6 +252,21 @@ def test_report_uses_an_eval_baseline_only_for_the_same_data(tmp_path):
     ]
 
 
+def test_report_keeps_an_eval_sweep_on_one_line_and_splits_me_layers(tmp_path):
+    """A sweep's r=0 point (no ME layer applied) stays on its line; a sweep masking from another ME layer is apart."""
+    runs = tmp_path / "runs"
+    for name, layer in (("me11", 11), ("me5", 5)):
+        document = eval_document(rates=(0.0, 0.3, 1.0))
+        for result in document["results"]:
+            result["me_layer"] = None if result["mask_rate"] == 0 else layer
+        (runs / name).mkdir(parents=True)
+        (runs / name / "metrics.json").write_text(json.dumps(document))
+    lines = lines_of(gather(sorted(runs.iterdir())), "perplexity")
+    assert {name: sorted(p["mask_rate"] for p in found) for name, found in lines.items()} == {
+        "free · mask me_layer=11": [0.0, 0.3, 1.0], "free · mask me_layer=5": [0.0, 0.3, 1.0],
+    }
+
+
 def test_report_keeps_quantized_variants_apart(tmp_path):
     """A `--quantize` sweep's rows at the same rate and mode are separate rows and lines, never averaged."""
     run = tmp_path / "q"

@@ -12,12 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
 from torch import nn
 
+from .atomic import atomic_write_text
 from .method import locate as method
 from .method.arch import base_model, model_type
 from .models import LoadedModel, cache_dir
@@ -88,9 +87,5 @@ def cached_me_layer(loaded: LoadedModel) -> int | None:
         "agreement": f"{detection.agree}/{detection.total}",
         "source": loaded.source,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, staging = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(handle, "w") as file:
-        json.dump(record, file)
-    os.replace(staging, path)
+    atomic_write_text(path, json.dumps(record))
     return detection.me_layer

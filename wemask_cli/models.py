@@ -259,6 +259,12 @@ def load_model(
         progress.warn(f"--trust-remote-code: running the Python code that {weights_from} ships (only for sources you trust)")
     if quant is not None:
         kwargs.update(quantization_config=quant, device_map=quantized_device_map())
+        if quantization == "4bit" and not torch.cuda.is_available():
+            import bitsandbytes  # noqa: F401  (its CPU back-end decides the kernel when imported)
+
+            from .kernel_notice import four_bit_kernel_line
+
+            progress.say(four_bit_kernel_line())
     try:
         tokenizer_from = source if (Path(source) / "tokenizer_config.json").is_file() else weights_from
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_from, **hub)

@@ -93,6 +93,7 @@ def eval_rows(document: dict, path: Path) -> list[tuple[dict, dict]]:
         groups.setdefault((rate, mode, result.get("quantize") or "none", result["metric"]), []).append(result)
     if not groups:
         raise WeMaskError(f"{path}: its 'results' hold no numeric metric values")
+    me_layer = next((r["me_layer"] for r in results if r.get("me_layer") is not None), None)  # the run's (r=0 has none)
     pairs = []
     for (rate, mode, quantize, metric), found in groups.items():
         values = [r["value"] for r in found]
@@ -101,7 +102,7 @@ def eval_rows(document: dict, path: Path) -> list[tuple[dict, dict]]:
         row = {"mask_rate": rate, "seed": None, "metric": name, "value": statistics.fmean(values),
                "std": statistics.stdev(values) if len(values) > 1 else 0.0, "se": statistics.fmean(ses) if ses else None,
                "seeds": len(values), "n": found[0].get("n")}  # fmt: skip
-        pairs.append((eval_settings(document, mode, quantize), row))
+        pairs.append((eval_settings(document, mode, quantize, me_layer), row))
     return pairs
 
 

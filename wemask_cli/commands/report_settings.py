@@ -86,7 +86,7 @@ def training_settings(document: dict, record: dict) -> dict:
         "task": "",
         "mode": (document.get("mode") or "aware") if masked else PLAIN,
         "model": model_label(document.get("model") or record.get("model_source")),
-        "data": data_label(document.get("dataset") or options.get("dataset"), document.get("dataset_sha256"),
+        "data": data_label(document.get("dataset") or options.get("dataset"), None,  # runs record no data hash
                            options.get("dataset_config"), options.get("dataset_split")),
         "eval_data": data_label(options.get("eval_dataset")),
         "peft": (f"LoRA r={options['lora_r']}" if options.get("lora_r") else "LoRA") if peft else "full",
@@ -98,8 +98,8 @@ def training_settings(document: dict, record: dict) -> dict:
     }  # fmt: skip
 
 
-def eval_settings(document: dict, mode: str, quantize: str) -> dict:
-    """An eval run's settings for the results of one mode and quantization (see KEYS)."""
+def eval_settings(document: dict, mode: str, quantize: str, me_layer=None) -> dict:
+    """An eval run's settings for the results of one mode, quantization and ME layer (see KEYS)."""
     prov = document.get("provenance") or {}
     data = prov.get("data") or {}
     settings = document.get("settings") or {}
@@ -115,7 +115,7 @@ def eval_settings(document: dict, mode: str, quantize: str) -> dict:
         "ref_mask": "",
         "remedies": " + ".join(remedy_kinds(document)),
         "quantize": quantize,
-        "mask_setup": "",
+        "mask_setup": "" if mode == PLAIN or me_layer is None else f"me_layer={me_layer}",
         "args": {k: json.dumps(v, default=str) for k, v in settings.items() if k not in IGNORED_EVAL_SETTINGS},
     }  # fmt: skip
 

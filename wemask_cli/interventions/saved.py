@@ -14,11 +14,10 @@ loads (as a run with one WeMask entry). Torch is imported only to read or write 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..atomic import atomic_write, atomic_write_text
 from ..method.config import CONFIG_NAME, WeMaskConfig
 from .base import Intervention, InterventionConfigError
 from .registry import config_from_dict
@@ -55,33 +54,11 @@ class SavedRun:
         return install_all(model, configs, weights=self.weights, active=active)
 
 
-def _temporary(path: Path) -> str:
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    return name
-
-
-def _write_text(path: Path, text: str) -> None:
-    temporary = _temporary(path)
-    try:
-        Path(temporary).write_text(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def _write_weights(path: Path, tensors: dict) -> None:
     from safetensors.torch import save_file
 
-    temporary = _temporary(path)
-    try:
-        cpu = {name: value.detach().to("cpu").contiguous().clone() for name, value in tensors.items()}
-        save_file(cpu, temporary, metadata={"format": "pt", "written_by": "wemask"})
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    cpu = {name: value.detach().to("cpu").contiguous().clone() for name, value in tensors.items()}
+    atomic_write(path, lambda temporary: save_file(cpu, temporary, metadata={"format": "pt", "written_by": "wemask"}))
 
 
 def save_configs(directory: str | Path, configs: list[Intervention], weights: dict | None = None) -> list[Path]:
@@ -98,7 +75,7 @@ def save_configs(directory: str | Path, configs: list[Intervention], weights: di
         "interventions": [config.to_dict() for config in configs],
         "weights": WEIGHTS_FILE if weights else None,
     }
-    _write_text(directory / INTERVENTIONS_FILE, json.dumps(record, indent=2) + "\n")
+    atomic_write_text(directory / INTERVENTIONS_FILE, json.dumps(record, indent=2) + "\n")
     written.append(directory / INTERVENTIONS_FILE)
     wemask = next((c.config for c in configs if c.kind == "wemask"), None)
     if wemask is not None:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from ..atomic import atomic_write_text
 from ..errors import WeMaskError
 
 CONFIG_NAME = "wemask_config.json"
@@ -184,7 +183,7 @@ class WeMaskConfig:
         """Write wemask_config.json atomically (a temporary file, then os.replace)."""
         path = Path(directory) / CONFIG_NAME
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
         return path
 
     @classmethod
@@ -205,18 +204,6 @@ class WeMaskConfig:
             return cls.from_dict(data)
         except WeMaskConfigError as err:
             raise WeMaskConfigError(f"{path}: {err}") from None
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder and os.replace (no half-written file)."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def find_saved_config(directory: str | Path) -> WeMaskConfig | None:

@@ -6,9 +6,9 @@ import errno
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 
+from .. import atomic
 from ..errors import WeMaskError
 
 
@@ -53,27 +53,14 @@ def _plain(value):
 
 
 def atomic_write_text(path, text: str) -> Path:
-    """Write `text` to a temporary file next to `path`, fsync, rename over it: readers see the old or the new file,
-    never a torn one. A full disk, a read-only folder or a missing permission is one line (WeMaskError)."""
+    """atomic.atomic_write_text (readers see the old or the new file, never a torn one), with a full disk, a
+    read-only folder or a missing permission as one line (WeMaskError)."""
     path = Path(path)
-    tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-        tmp = None
+        return atomic.atomic_write_text(path, text)
     except OSError as err:
         remedy = ": free some space or choose another folder" if err.errno in (errno.ENOSPC, errno.EDQUOT) else ""
         raise WeMaskError(f"could not write {path}: {describe_os_error(err)}{remedy}") from None
-    finally:
-        if tmp is not None:
-            with quiet():
-                os.unlink(tmp)
-    return path
 
 
 def atomic_write_json(path, obj) -> Path:
@@ -90,14 +77,6 @@ def describe_os_error(err: OSError) -> str:
     if err.errno in (errno.EACCES, errno.EPERM):
         return "permission denied"
     return err.strerror or str(err)
-
-
-class quiet:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, value, tb):
-        return kind is not None and issubclass(kind, OSError)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ not a valid one, is explained and taken over. Torch-free."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from ..errors import WeMaskError
 from ..progress import warn
-from .files import describe_os_error, quiet
+from .files import describe_os_error
 from .manifest import LOCK_NAME
 
 UNREADABLE_LOCK_GRACE_S = 60.0  # a lock file still empty after this long was torn by a killed process
@@ -92,5 +93,5 @@ def _judge_existing_lock(lock_path: Path) -> None:
 
 
 def remove_quietly(path: Path) -> None:
-    with quiet():
+    with contextlib.suppress(OSError):
         path.unlink()
