@@ -44,6 +44,7 @@ demo: install
 		$(DEMO_OUT)/eval-quant --overwrite
 
 test: install
+	$(BIN)/ruff check wemask_cli tests bench data  # pyflakes, import order, line length (pyproject's [tool.ruff])
 	$(BIN)/python -m pytest -q
 
 bench: install

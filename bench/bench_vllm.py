@@ -1,7 +1,7 @@
 """WeMask in vLLM on the embedded model: generation throughput masked / plain in the same vLLM engine (goal >= 0.97),
 and vLLM against transformers generate() on the same prompts.
 
-16 prompts (the bundled locate prompts) x 64 new tokens, greedy, every sequence forced to the full length; vLLM in
+8 prompts (the first bundled locate prompts) x 32 new tokens, greedy, every sequence forced to the full length; vLLM in
 this process, eager (CPU), float32. Plain = the original vLLM attention classes (remove_wemask); masked = r = 0.3
 from layer 11. Runs alternate, median of repeats. With WEMASK_BENCH_VLLM_COMPILE=1 it also starts a compiled
 engine (enforce_eager=False, minutes on a CPU) and reports whether its masked greedy tokens equal the eager ones.
@@ -16,15 +16,16 @@ import statistics
 import time
 from importlib import resources
 
-NEW_TOKENS = 64
-REPEATS = 4
+PROMPTS = 8
+NEW_TOKENS = 32
+REPEATS = 3
 CONFIG = dict(mask_rate=0.3, me_layer=11)
 
 
 def bundled_prompts() -> list[str]:
     text = resources.files("wemask_cli.resources").joinpath("locate_prompts.jsonl").read_text()
     rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-    return [row["text"] if "text" in row else "\n".join(m["content"] for m in row["messages"]) for row in rows]
+    return [row["text"] if "text" in row else "\n".join(m["content"] for m in row["messages"]) for row in rows][:PROMPTS]
 
 
 def vllm_throughput(llm, prompts, masked: bool) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -91,4 +92,5 @@ def test_layouts_train_through_the_cli(monkeypatch, capsys, tmp_path, tiny_model
     assert code == 0, err
     record = json.loads((out / "wemask_run.json").read_text())
     assert record["data_format"].split()[0] in {"alpaca", "sharegpt"}
+    assert record["data_sha256"] == hashlib.sha256(Path(data).read_bytes()).hexdigest()  # report tells data apart by it
     assert json.loads((out / "metrics.json").read_text())["global_step"] == 1

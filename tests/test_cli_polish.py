@@ -80,10 +80,10 @@ def test_trl_flags_are_read_without_importing_trl():
     """The pass-through check knows TRL's options in both spellings."""
     from wemask_cli.train.trl_flags import trl_flags
 
-    flags = trl_flags("dpo")
+    flags = trl_flags("DPOConfig")
     assert {"--beta", "--learning-rate", "--learning_rate", "--per-device-train-batch-size", "--precompute-ref-log-probs"} <= flags
-    assert "--num-generations" in trl_flags("grpo") and "--num-generations" not in trl_flags("sft")
-    assert "--packing" in trl_flags("sft")
+    assert "--num-generations" in trl_flags("GRPOConfig") and "--num-generations" not in trl_flags("SFTConfig")
+    assert "--packing" in trl_flags("SFTConfig")
 
 
 def test_trl_flags_agree_with_trls_parser():
@@ -97,4 +97,4 @@ def test_trl_flags_agree_with_trls_parser():
     for name, stage in (("sft", SFTStage()), ("dpo", DPOStage()), ("grpo", GRPOStage())):
         parser = trl_parser(stage.config_class())
         accepted = {option for action in parser._actions for option in action.option_strings if option.startswith("--")}
-        assert accepted - {"--help"} <= trl_flags(name), (name, accepted - {"--help"} - trl_flags(name))
+        assert accepted - {"--help"} <= trl_flags(stage.trl_config), (name, accepted - {"--help"} - trl_flags(stage.trl_config))

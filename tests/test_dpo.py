@@ -14,8 +14,9 @@ from wemask_cli.errors import WeMaskError
 from wemask_cli.method.config import WeMaskConfig
 from wemask_cli.method.mask import masked_layers
 from wemask_cli.train.dpo import DPOStage as stage
-from wemask_cli.train.dpo import PolicyPass, split_implicit_prompt
+from wemask_cli.train.dpo import split_implicit_prompt
 from wemask_cli.train.options import TrainOptions
+from wemask_cli.train.reference import PolicyPass
 from wemask_cli.train.resolve import hardware_defaults, resolve
 from wemask_cli.train.run import run
 

@@ -379,3 +379,22 @@ def test_non_finite_logliks_are_an_error_not_a_metric(tiny_tokenizer):
     prepared = ppl.prepare(tiny_tokenizer, EvalData("perplexity", "text", texts=[PPL_TEXT.read_text()]), 256)
     with pytest.raises(WeMaskError, match=r"perplexity window 0 \(document 0\): the model's log-likelihood is not finite"):
         ppl.evaluate(model, tiny_tokenizer, prepared, 0, 2, lambda k: None)
+
+
+def test_eval_reads_the_context_length_of_a_composite_config(monkeypatch, capsys, tiny_model_dir, tmp_path):
+    """A multimodal config keeps max_position_embeddings in its text config: eval reads it there, as infer does."""
+    from transformers import LlavaConfig
+
+    real_load = models_module.load_model
+
+    def load_composite(*args, **kwargs):
+        loaded = real_load(*args, **kwargs)
+        loaded.model.config = LlavaConfig(text_config={"model_type": "llama", "max_position_embeddings": 16})
+        return loaded
+
+    monkeypatch.setattr(models_module, "load_model", load_composite)
+    code, _, err = run_main(
+        monkeypatch, capsys, "eval", "--model", tiny_model_dir, "--task", "perplexity", "--window", "32", "--limit", "1",
+        "--mask-rates", "0", "--output", str(tmp_path / "o"),
+    )
+    assert code == 2 and "--window 32 is longer than the model's context (16 positions)" in err, err

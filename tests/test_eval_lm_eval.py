@@ -41,9 +41,9 @@ def test_native_choice_and_perplexity_agree_with_lm_eval(embedded, tmp_path):
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
-    from wemask_cli.eval.scoring import max_positions
     from wemask_cli.eval.settings import EvalSettings
     from wemask_cli.eval.sweep import run_sweep, wemask_axis
+    from wemask_cli.prompts import context_length
 
     with resources.as_file("eval/choice.jsonl") as choice, resources.as_file("eval/perplexity.txt") as text:
         folder = write_tasks(tmp_path / "tasks", choice, text)
@@ -54,7 +54,7 @@ def test_native_choice_and_perplexity_agree_with_lm_eval(embedded, tmp_path):
     for task, extra in (("choice", {}), ("perplexity", {"window": 256})):
         settings = EvalSettings(task=task, batch_size=8, **extra).resolved()
         native = settings.task_class()(settings)
-        prepared = native.prepare(embedded.tokenizer, native.load(), max_positions(embedded.model))
+        prepared = native.prepare(embedded.tokenizer, native.load(), context_length(embedded.model))
         sweep = run_sweep(embedded, [wemask_axis([None])], native, prepared, settings, 8)
         ours.update({r["metric"]: r["value"] for r in sweep.results})
     assert ours["accuracy"] == pytest.approx(theirs["wemask_choice"]["acc,none"], abs=1e-9)

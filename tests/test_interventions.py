@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import subprocess
 import sys
@@ -316,3 +317,33 @@ def test_the_package_imports_without_torch():
         "print(sorted(m for m in ('torch', 'transformers', 'safetensors') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "span, layers",
+    [("1:3", [1, 2]), ("2:", [2, 3]), (":2", [0, 1]), ("0:4", [0, 1, 2, 3])],
+)
+def test_wemask_and_remedies_read_one_layer_range_grammar(span, layers):
+    """--layers and --gated-norm-layers name the same layers for every form (once, WeMask refused 'a:' and ':b')."""
+    model = make_tiny_model("llama")  # 4 layers
+    installation = install_all(model, [WeMaskConfig(mask_rate=0.3, layers=span), GatedNorm(norms="attn", rank=2, layers=span)])
+    assert masked_layers(model) == layers
+    assert sorted(installation.items[1].modules) == [f"{l}.attn" for l in layers]
+
+
+@pytest.mark.parametrize(
+    "span, problem",
+    [
+        ("1", "is not valid"), ("a:b", "is not valid"), (":", "is not valid"),
+        ("3:1", "is an empty or negative range"), ("-1:", "is an empty or negative range"),
+        ("2:9", "is outside the model: it has 4 layers, use 0..3"), ("4:", "is outside the model"),
+    ],
+)
+def test_wemask_and_remedies_refuse_a_layer_range_with_the_same_words(span, problem):
+    errors = []
+    for config in (WeMaskConfig(mask_rate=0.3, layers="all"), GatedNorm(rank=2)):
+        with pytest.raises(WeMaskError) as err:
+            install_all(make_tiny_model("llama"), [dataclasses.replace(config, layers=span)])
+        errors.append(str(err.value))
+    assert f"layers={span!r} {problem}" in errors[0]
+    assert errors[1] == f"gated_norm {errors[0]}".replace("from-me, me-only, all", "all")

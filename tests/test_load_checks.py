@@ -111,10 +111,10 @@ def test_mean_se_and_summaries_survive_one_value_and_non_finite_values():
 @pytest.mark.parametrize(
     ("row", "message"),
     [
-        ({"prompt": 5}, "line 2: 'prompt' must be a string, not 5"),
-        ({"prompt": None}, "line 2: 'prompt' must be a string, not null"),
-        ({"messages": []}, "line 2: 'messages' must be a non-empty list"),
-        ({"messages": [{"role": "user", "content": 3}]}, "line 2: 'messages' must be a non-empty list"),
+        ({"prompt": 5}, "line 2: 'prompt' must be a string or a non-empty list of {'role': ..., 'content': ...} objects with text values, not 5"),
+        ({"prompt": None}, "line 2: 'prompt' must be a string or a non-empty list of {'role': ..., 'content': ...} objects with text values, not null"),
+        ({"messages": []}, "line 2: 'messages' must be a string or a non-empty list"),
+        ({"messages": [{"role": "user", "content": 3}]}, "line 2: 'messages' must be a string or a non-empty list"),
     ],
 )
 def test_bad_infer_input_rows_are_refused_before_the_model_loads(monkeypatch, capsys, tmp_path, row, message):

@@ -350,9 +350,9 @@ def gpt2_dir(tmp_path, tiny_tokenizer):
 @pytest.mark.parametrize(
     "case, message",
     [
-        ("empty", "is empty: give jsonl rows with 'text' or 'messages'"),
+        ("empty", "is empty: give jsonl rows with 'messages', 'prompt' or 'text', or one prompt per line"),
         ("missing", "cannot read --prompts"),
-        ("no-field", "has no 'text' or 'messages' (found ['body'])"),
+        ("no-field", "has no 'messages', 'prompt' or 'text' (found ['body'])"),
         ("dataset-missing", "--dataset"),
         ("dataset-field", "has no column 'text'"),
         ("plot", "give a file name ending in .png"),
@@ -545,3 +545,48 @@ def test_locate_measures_a_model_with_the_interventions_it_carries(monkeypatch, 
     assert reports["plain"]["interventions"] == [] and reports["remedied"]["interventions"] == installation.describe()
     norms = {name: [r["first_norm"] for r in report["layers"]] for name, report in reports.items()}
     assert norms["plain"] != norms["remedied"]  # measured with the gates in place
+
+
+CHAT = [{"role": "user", "content": "What is 12 plus 30?"}]
+
+
+@pytest.mark.parametrize(
+    "name, content, prompts",
+    [
+        ("p.jsonl", "".join(json.dumps(r) + "\n" for r in ({"text": "a"}, {"prompt": "b"}, {"messages": CHAT})), ["a", "b", CHAT]),
+        ("p.json", json.dumps([{"prompt": "a"}, {"messages": CHAT, "text": "ignored"}]), ["a", CHAT]),
+        ("p.txt", "first\n\n  \nsecond\u2028half\r\n", ["first", "second\u2028half"]),
+    ],
+)
+def test_locate_and_infer_read_prompt_files_alike(tmp_path, name, content, prompts):
+    """One reader (prompts.read_prompt_file): once, infer refused 'text' rows and .json lists, locate split lines at U+2028."""
+    from wemask_cli.commands.infer import read_prompts
+    from wemask_cli.commands.locate import load_prompts
+
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    assert load_prompts(path, None, "text", None) == read_prompts(None, path) == prompts
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ("\n", "is empty: give jsonl rows with 'messages', 'prompt' or 'text', or one prompt per line"),
+        ('{"body": "x"}\n', "line 1 has no 'messages', 'prompt' or 'text' (found ['body'])"),
+        ('{"prompt": "x"}\n{"messages": []}\n', "line 2: 'messages' must be a string or a non-empty list"),
+        ('{"prompt": "x"}\n{oops\n', "line 2 is not valid JSON"),
+    ],
+)
+def test_locate_and_infer_refuse_a_prompt_file_with_the_same_words(tmp_path, content, problem):
+    from wemask_cli.commands.infer import read_prompts
+    from wemask_cli.commands.locate import load_prompts
+    from wemask_cli.errors import WeMaskError
+
+    path = tmp_path / "p.jsonl"
+    path.write_text(content)
+    with pytest.raises(WeMaskError) as locate_err:
+        load_prompts(path, None, "text", None)
+    with pytest.raises(WeMaskError) as infer_err:
+        read_prompts(None, path)
+    assert problem in str(locate_err.value)
+    assert str(infer_err.value) == str(locate_err.value).replace("--prompts", "--input")

@@ -139,7 +139,7 @@ TRL_ARGS = {"learning_rate": 5e-6, "max_steps": 100, "per_device_train_batch_siz
 
 
 def write_training_run(folder: Path, *, stage="sft", mask_rate=0.3, mode="aware", seed=0, peft=False, ref_mask=None,
-                       dataset="data/sft_chat.jsonl", remedies=(), loss=2.0, load_in_4bit=False, **trl) -> Path:
+                       dataset="data/sft_chat.jsonl", remedies=(), loss=2.0, load_in_4bit=False, data_sha256=None, **trl) -> Path:
     folder.mkdir(parents=True)
     metrics = {
         "stage": stage, "status": "finished", "mode": mode, "mask_rate": mask_rate, "me_layer": 5, "select": "weight",
@@ -158,7 +158,7 @@ def write_training_run(folder: Path, *, stage="sft", mask_rate=0.3, mode="aware"
         options["ref_mask"] = ref_mask
     args = {**TRL_ARGS, "seed": seed, "output_dir": str(folder), "logging_dir": f"{folder}/logs", "run_name": str(folder), **trl}
     record = {"stage": stage, "command": ["wemask", stage], "seed": seed, "world_size": 1, "model_source": metrics["model"],
-              "data_format": "messages", "interventions": [], "options": options, "trl_config_class": "SFTConfig",
+              "data_format": "messages", "data_sha256": data_sha256, "interventions": [], "options": options, "trl_config_class": "SFTConfig",
               "trl_args": args, "versions": {}}  # fmt: skip
     (folder / "metrics.json").write_text(json.dumps(metrics))
     (folder / "wemask_run.json").write_text(json.dumps(record))
@@ -205,6 +205,17 @@ def test_report_splits_runs_by_any_other_training_argument(tmp_path):
     write_training_run(runs / "b", seed=1, learning_rate=1e-5)
     names = sorted(lines_of(gather(sorted(runs.iterdir()))))
     assert names == ['aware · learning_rate=1e-05', 'aware · learning_rate=5e-06']
+
+
+def test_report_splits_data_that_only_shares_a_name(tmp_path):
+    """Two files called sft_chat.jsonl with other contents are two lines; the same contents (seeds) average."""
+    runs = tmp_path / "runs"
+    write_training_run(runs / "a", seed=0, data_sha256="1" * 64)
+    write_training_run(runs / "b", seed=1, data_sha256="1" * 64)
+    write_training_run(runs / "c", seed=0, data_sha256="2" * 64)
+    lines = lines_of(gather(sorted(runs.iterdir())))
+    assert sorted(lines) == ["aware · data sft_chat.jsonl#11111111", "aware · data sft_chat.jsonl#22222222"]
+    assert lines["aware · data sft_chat.jsonl#11111111"][0]["spread"] == "runs"
 
 
 def test_report_plain_runs_quantized_runs_and_remedies_are_their_own_lines(tmp_path):

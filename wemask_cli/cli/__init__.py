@@ -50,6 +50,12 @@ def wemask(
     """WeMask for LLM inference and TRL fine-tuning."""
 
 
+BUG_REPORT = (
+    "wemask: this is a bug in wemask, not a problem with your input: please report it with the traceback above and "
+    "the output of `wemask env`"
+)
+
+
 class Interrupted(Exception):
     """Ctrl-C in a command (Typer would turn it into a silent exit 130): main() says so on one line."""
 
@@ -139,6 +145,7 @@ def main() -> None:
                 print("wemask: error: stopped: another process of the run failed (its error is above)", file=sys.stderr)
             sys.exit(2)
         if not hasattr(err, "format_message"):  # not a click usage error (Typer 0.29 vendors click as typer._click)
+            err.add_note(BUG_REPORT)  # printed after the traceback
             raise
         if ranks.rank() == 0:  # the same argv on every process: said once
             usage_error(err)

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..prompts import PROMPT_FILE_LAYOUTS
 from ..ranks import main_only
 from .options import DtypeOpt, EngineOpt, LayersOpt, MaskRateOpt, MeLayerOpt, ModelOpt, ReplaceOpt, SelectOpt, StrengthOpt, TokensOpt
 
@@ -14,7 +15,7 @@ from .options import DtypeOpt, EngineOpt, LayersOpt, MaskRateOpt, MeLayerOpt, Mo
 def infer(
     model: ModelOpt = None,
     prompt: Annotated[Optional[list[str]], typer.Option("--prompt", "-p", help="A prompt (repeatable).")] = None,
-    input: Annotated[Optional[Path], typer.Option("--input", "-i", help="jsonl with 'prompt' or 'messages', or text lines.")] = None,
+    input: Annotated[Optional[Path], typer.Option("--input", "-i", help=f"Prompt file: {PROMPT_FILE_LAYOUTS}.")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write jsonl: input, completion, WeMask settings.")] = None,
     chat_template: Annotated[bool, typer.Option(help="Apply the model's chat template when it has one.")] = True,
     max_new_tokens: int = 64,

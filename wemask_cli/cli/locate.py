@@ -8,13 +8,14 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import WeMaskError
+from ..prompts import PROMPT_FILE_LAYOUTS
 from ..ranks import main_only
 from .options import DtypeOpt, ModelOpt, ReplaceOpt
 
 
 def locate(
     model: ModelOpt = None,
-    prompts: Annotated[Optional[Path], typer.Option(help="jsonl with 'text' or 'messages', or text lines (default: the bundled locate_prompts.jsonl).")] = None,
+    prompts: Annotated[Optional[Path], typer.Option(help=f"Prompt file: {PROMPT_FILE_LAYOUTS} (default: the bundled locate_prompts.jsonl).")] = None,
     dataset: Annotated[Optional[str], typer.Option(help="Local .jsonl/.json/.parquet/.csv file or hub dataset name instead of --prompts.")] = None,
     text_field: Annotated[str, typer.Option(help="Column of --dataset holding the text (or messages).")] = "text",
     num_prompts: Annotated[Optional[int], typer.Option(help="Use the first N prompts (default: all of --prompts, 32 of --dataset).")] = None,

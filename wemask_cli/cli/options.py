@@ -8,7 +8,11 @@ import typer
 
 ModelOpt = Annotated[
     Optional[str],
-    typer.Option("--model", "-m", help="Hub id, local model directory, .gguf file, or omit for the embedded SmolLM2-135M-Instruct."),
+    typer.Option(
+        "--model", "-m",
+        help="Hub id, local model directory, .gguf file, or omit for the embedded SmolLM2-135M-Instruct. A training run's "
+        "folder brings the remedies it trained (GatedNorm, ...: its interventions.json), re-applied on load.",
+    ),
 ]
 DtypeOpt = Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16 (auto: checkpoint dtype on GPU, float32 on CPU).")]
 MaskRateOpt = Annotated[
@@ -17,7 +21,7 @@ MaskRateOpt = Annotated[
 ]
 MeLayerOpt = Annotated[Optional[str], typer.Option("--me-layer", help="0-based ME layer, or 'auto' to locate it (cached per model; the default with a positive --mask-rate).")]
 SelectOpt = Annotated[Optional[str], typer.Option(help="weight (the method: top |RMSNorm weight|) | activation | random.")]
-LayersOpt = Annotated[Optional[str], typer.Option(help="from-me (default) | me-only | all | a:b (0-based, b exclusive).")]
+LayersOpt = Annotated[Optional[str], typer.Option(help="from-me (default) | me-only | all | a:b (0-based, b exclusive) | a: (to the last layer) | :b (from layer 0).")]
 StrengthOpt = Annotated[Optional[float], typer.Option(help="Masking strength in [0, 1]: dims are multiplied by 1 - strength.")]
 TokensOpt = Annotated[
     Optional[str],

@@ -137,8 +137,9 @@ def run_eval(request: EvalRequest, plot: Callable[[dict, Path], Path] | None = N
 def evaluate(request: EvalRequest, task, data):
     """Load the model, build the sweep's axes, tokenize once, choose the batch size, run every variant."""
     from .. import models
-    from ..eval.scoring import auto_batch_size, max_positions, pad_id_of
+    from ..eval.scoring import auto_batch_size, pad_id_of
     from ..eval.sweep import run_sweep, wemask_axis
+    from ..prompts import context_length
 
     if request.engine == "vllm":
         from ..engines.vllm.engine import load_vllm
@@ -149,7 +150,7 @@ def evaluate(request: EvalRequest, task, data):
         with status("Loading model..."):
             loaded = models.load_model(request.model, dtype=request.dtype)
         configs = request.mask.configs(loaded)
-    prepared = task.prepare(loaded.tokenizer, data, max_positions(loaded.model))
+    prepared = task.prepare(loaded.tokenizer, data, context_length(loaded.model))
     axes = [wemask_axis(configs)] + quantize_axes(request, prepared)
     settings = task.settings
     batch_size = settings.batch_size

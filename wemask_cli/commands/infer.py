@@ -7,13 +7,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..data import is_conversation, read_text
-from ..data.readers import text_lines
 from ..engines import ENGINES, engine_of
 from ..errors import WeMaskError
 from ..method.config import WeMaskConfig
 from ..outputs import atomic_write_text, dumps_strict
-from ..prompts import context_length, encode_left_truncated, warn_truncated
+from ..prompts import context_length, encode_left_truncated, read_prompt_file, warn_truncated
 
 
 @dataclass
@@ -37,43 +35,14 @@ class GenerationSettings:
 
 
 def read_prompts(prompts: list[str] | None, input_file: Path | None) -> list[str | list[dict]]:
-    """Prompts from --prompt flags, or a file: jsonl with `prompt` or `messages`, else plain text lines."""
+    """Prompts from --prompt flags, or an --input file (prompts.read_prompt_file: jsonl rows or text lines)."""
     if prompts and input_file:
         raise WeMaskError("give prompts either with --prompt or with --input, not both")
     if prompts:
         return list(prompts)
     if input_file is None:
         raise WeMaskError("no prompt given: use --prompt TEXT (repeatable) or --input FILE (.jsonl or text lines)")
-    lines = [line for line in text_lines(read_text(input_file, "--input")) if line.strip()]
-    if not lines:
-        raise WeMaskError(f"--input {input_file} is empty: give one prompt per line or jsonl rows with 'prompt' or 'messages'")
-    if not str(input_file).endswith((".jsonl", ".json")):
-        return lines
-    rows = []
-    for number, line in enumerate(lines, 1):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise WeMaskError(f"{input_file} line {number} is not valid JSON ({err.msg})") from None
-        if not isinstance(row, dict) or not ({"prompt", "messages"} & row.keys()):
-            found = sorted(row) if isinstance(row, dict) else type(row).__name__
-            raise WeMaskError(f"{input_file} line {number} has no 'prompt' or 'messages' (found {found})")
-        rows.append(prompt_of(row, f"{input_file} line {number}"))
-    return rows
-
-
-def prompt_of(row: dict, where: str) -> str | list[dict]:
-    """A row's prompt: 'messages', a non-empty list of {'role', 'content'} messages with text content, else
-    'prompt', a string; anything else is one line naming the row (read before the model loads)."""
-    if "messages" in row:
-        messages = row["messages"]
-        if not is_conversation(messages) or not all(isinstance(m.get("content"), str) and isinstance(m["role"], str) for m in messages):
-            raise WeMaskError(f"{where}: 'messages' must be a non-empty list of {{'role': ..., 'content': ...}} objects with text values, not {json.dumps(messages)[:80]}")
-        return messages
-    prompt = row["prompt"]
-    if not isinstance(prompt, str):
-        raise WeMaskError(f"{where}: 'prompt' must be a string, not {json.dumps(prompt)[:80]}")
-    return prompt
+    return read_prompt_file(input_file, "--input")
 
 
 def generate(model, tokenizer, prompts: list, settings: GenerationSettings) -> tuple[list[str], list[int]]:

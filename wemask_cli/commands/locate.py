@@ -14,15 +14,15 @@ from pathlib import Path
 
 import torch
 
-from ..data import is_conversation, load_hub, load_local, looks_local, read_json_rows, read_text
 from .. import massive, resources
+from ..data import load_hub, load_local, looks_local
 from ..errors import WeMaskError
 from ..method import locate as method
 from ..method.arch import model_type, resolve_layers
 from ..method.config import WeMaskConfig
 from ..method.mask import apply_wemask, remove_wemask
 from ..models import LoadedModel
-from ..prompts import encode
+from ..prompts import encode, prompt_value, read_prompt_file
 
 DEFAULT_PROMPTS = "locate_prompts.jsonl"  # bundled in wemask_cli.resources
 DATASET_PROMPTS = 32  # --num-prompts default for --dataset
@@ -31,35 +31,6 @@ PEAKS = {  # metric -> (its ME-layer signature is a maximum, not a minimum; name
     "delta_frac": (True, "ΔFrac"), "delta_kl": (False, "ΔKL (minimum)"), "delta_c_up": (True, "ΔC up"),
     "delta_c_gate": (True, "ΔC gate"), "delta_c_down": (True, "ΔC down"), "ffn_magnification": (True, "FFN magnification"),
 }  # fmt: skip
-
-
-def prompt_from_value(value, where: str) -> str | list[dict]:
-    if isinstance(value, str) and value.strip():
-        return value
-    if is_conversation(value):
-        return value
-    raise WeMaskError(f"{where}: expected a non-empty string or a list of {{'role', 'content'}} messages")
-
-
-def read_prompt_file(path: Path) -> list[str | list[dict]]:
-    """jsonl/json rows with 'text' or 'messages' (or 'prompt'), else one prompt per text line."""
-    path = Path(path)
-    if path.suffix.lower() in (".jsonl", ".json"):
-        unit, rows = read_json_rows(path, "--prompts")
-    else:
-        unit, rows = "line", [(n, line) for n, line in enumerate(read_text(path, "--prompts").splitlines(), 1) if line.strip()]
-    if not rows:
-        raise WeMaskError(f"--prompts {path} is empty: give jsonl rows with 'text' or 'messages', or one prompt per line")
-    prompts = []
-    for number, row in rows:
-        if isinstance(row, str):
-            prompts.append(row)
-            continue
-        key = next((k for k in ("text", "messages", "prompt") if k in row), None)
-        if key is None:
-            raise WeMaskError(f"--prompts {path} {unit} {number} has no 'text' or 'messages' (found {sorted(row)})")
-        prompts.append(prompt_from_value(row[key], f"--prompts {path} {unit} {number} '{key}'"))
-    return prompts
 
 
 def read_dataset(spec: str, text_field: str, limit: int) -> list[str | list[dict]]:
@@ -71,7 +42,7 @@ def read_dataset(spec: str, text_field: str, limit: int) -> list[str | list[dict
     if text_field not in dataset.column_names:
         raise WeMaskError(f"--dataset {spec} has no column {text_field!r} (it has {dataset.column_names}): set --text-field")
     values = dataset.select(range(min(limit, len(dataset))))[text_field]
-    prompts = [prompt_from_value(v, f"--dataset {spec} row {i}") for i, v in enumerate(values) if v not in (None, "")]
+    prompts = [prompt_value(v, f"--dataset {spec} row {i}") for i, v in enumerate(values) if v not in (None, "")]
     if not prompts:
         raise WeMaskError(f"--dataset {spec} has no non-empty {text_field!r} values in its first {limit} rows")
     return prompts
@@ -89,8 +60,8 @@ def load_prompts(
         return read_dataset(dataset, text_field, num_prompts or DATASET_PROMPTS)
     if prompts_file is None:
         with resources.as_file(DEFAULT_PROMPTS) as path:
-            return read_prompt_file(path)[:num_prompts]
-    return read_prompt_file(prompts_file)[:num_prompts]
+            return read_prompt_file(path, "--prompts")[:num_prompts]
+    return read_prompt_file(prompts_file, "--prompts")[:num_prompts]
 
 
 def preview(prompt: str | list[dict], width: int = 60) -> str:

@@ -22,18 +22,16 @@ import statistics
 from pathlib import Path
 
 from ..errors import WeMaskError
-from ..outputs import atomic_write_json, atomic_write_text, check_output_file
+from ..outputs import METRICS_FILE, RUN_RECORD_FILE, atomic_write_json, atomic_write_text, check_output_file
 from ..progress import say
 from .report_settings import (
     PLAIN,
-    RUN_RECORD,
     eval_settings,
     line_names,
     read_run_record,
     training_settings,
 )
 
-METRICS_FILE = "metrics.json"
 NOT_METRICS = {
     "mask_rate", "me_layer", "strength", "seed", "seeds", "world_size", "global_step", "epoch", "runtime_s", "version",
     "n_examples", "mean_step_time_s", "train_samples_per_second", "train_steps_per_second", "reward_weights",
@@ -194,7 +192,7 @@ def default_plot_path(directories: list[Path]) -> Path:
 def report_inputs(directories: list[Path]) -> list[tuple[str, Path]]:
     """The files the report reads: each run's metrics.json and the run record beside it."""
     found = [m for d in directories for m in (*Path(d).glob(METRICS_FILE), *Path(d).glob(f"*/{METRICS_FILE}"))]
-    return [("a run's file", path) for m in found for path in (m, m.parent / RUN_RECORD)]
+    return [("a run's file", path) for m in found for path in (m, m.parent / RUN_RECORD_FILE)]
 
 
 def plan_report(

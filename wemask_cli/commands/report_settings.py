@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 from ..model_names import model_label
+from ..outputs import RUN_RECORD_FILE
 
-RUN_RECORD = "wemask_run.json"
 PLAIN = "plain"  # no mask: drawn as the dashed baseline
 # The order in which settings name a line; stage and task split tables and panels, the rest name lines.
 KEYS = ("stage", "task", "mode", "peft", "ref_mask", "remedies", "quantize", "model", "data", "eval_data", "mask_setup", "args")
@@ -34,7 +34,7 @@ IGNORED_EVAL_SETTINGS = ("task", "data", "split", "data_config", "batch_size", "
 
 def read_run_record(metrics_path: Path) -> dict:
     """The wemask_run.json beside a training run's metrics.json ({} when there is none or it is unreadable)."""
-    path = metrics_path.parent / RUN_RECORD
+    path = metrics_path.parent / RUN_RECORD_FILE
     try:
         record = json.loads(path.read_text()) if path.is_file() else {}
     except (OSError, json.JSONDecodeError):
@@ -86,7 +86,7 @@ def training_settings(document: dict, record: dict) -> dict:
         "task": "",
         "mode": (document.get("mode") or "aware") if masked else PLAIN,
         "model": model_label(document.get("model") or record.get("model_source")),
-        "data": data_label(document.get("dataset") or options.get("dataset"), None,  # runs record no data hash
+        "data": data_label(document.get("dataset") or options.get("dataset"), record.get("data_sha256"),
                            options.get("dataset_config"), options.get("dataset_split")),
         "eval_data": data_label(options.get("eval_dataset")),
         "peft": (f"LoRA r={options['lora_r']}" if options.get("lora_r") else "LoRA") if peft else "full",

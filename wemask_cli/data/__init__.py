@@ -4,7 +4,7 @@
 - folders.py   a save_to_disk folder or a folder of data files (a hub snapshot)
 - local.py     a local file or folder, whichever it is
 - columns.py   dotted paths into nested records, --dataset-columns
-- formats.py   the layouts each stage accepts, per-row checks
+- formats.py   the layouts a stage accepts (TrainingData; the built-in stages'), detection, per-row checks
 - verl.py      verl's RL layout, recognised without flags
 - chat_layouts.py  Alpaca and ShareGPT (LLaMA-Factory, axolotl), recognised without flags
 - training.py  load_training_data (the stages' entry point), report_dropped
@@ -19,10 +19,22 @@ from .columns import (
     nested_columns,
     parse_column_map,
 )
-from .formats import FORMATS, DataFormat, check_rows, detect_format, is_conversation, text_problem
+from .formats import (
+    PREFERENCE,
+    PROMPTS,
+    SUPERVISED,
+    DataFormat,
+    TrainingData,
+    check_rows,
+    detect_format,
+    is_conversation,
+    text_problem,
+    training_data,
+)
 from .local import load_local
 from .readers import (
     LOCAL_SUFFIXES,
+    content_sha256,
     load_hub,
     looks_local,
     read_json_rows,
@@ -34,8 +46,9 @@ from .training import load_training_data, open_dataset, report_dropped
 from .verl import VERL_ANSWER, is_verl
 
 __all__ = [
-    "FORMATS", "LOCAL_SUFFIXES", "VERL_ANSWER", "DataFormat", "apply_column_map", "check_column", "check_rows",
+    "LOCAL_SUFFIXES", "PREFERENCE", "PROMPTS", "SUPERVISED", "VERL_ANSWER", "DataFormat", "TrainingData", "apply_column_map", "check_column", "check_rows",
     "column_value", "detect_format", "has_column", "is_conversation", "is_verl", "load_hub", "load_local",
     "load_training_data", "looks_local", "missing_column_message", "nested_columns", "open_dataset",
     "parse_column_map", "read_json_rows", "read_text", "read_text_file", "report_dropped", "slice_local", "text_problem",
+    "training_data",
 ]

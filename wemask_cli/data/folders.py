@@ -10,7 +10,7 @@ import json
 import re
 from pathlib import Path
 
-from ..errors import WeMaskError
+from ..errors import WeMaskError, first_line
 from .readers import LOCAL_SUFFIXES, load_file, slice_local
 
 _SPLIT_WORD = re.compile(r"(?:^|[-_./])(train|test|validation|valid|dev|eval)(?=$|[-_./\d])", re.IGNORECASE)
@@ -28,16 +28,20 @@ def _split_parts(split: str | None) -> tuple[str, str]:
 def _saved_folder(path: Path, split: str | None, where: str):
     """A folder written by Dataset.save_to_disk or DatasetDict.save_to_disk (the split chosen by name)."""
     from datasets import load_from_disk
+    from pyarrow import ArrowException
 
     name, local_slice = _split_parts(split)
     if (path / "dataset_dict.json").is_file():
-        splits = json.loads((path / "dataset_dict.json").read_text(encoding="utf-8")).get("splits", [])
+        try:
+            splits = json.loads((path / "dataset_dict.json").read_text(encoding="utf-8")).get("splits", [])
+        except (OSError, ValueError, AttributeError) as err:  # unreadable, not JSON (or not UTF-8), not a JSON object
+            raise WeMaskError(f"{where} {path}/dataset_dict.json is not a saved DatasetDict's ({first_line(err, 200)})") from None
         if name not in splits:
             raise WeMaskError(f"{where} {path} (a saved DatasetDict) has no split {name!r}: it has {', '.join(splits)}")
         path = path / name
     try:
         dataset = load_from_disk(str(path))
-    except Exception as err:
+    except (OSError, ValueError, KeyError, ArrowException) as err:  # missing or corrupt files, a state.json's keys
         raise WeMaskError(f"{where} {path} could not be read as a saved dataset ({str(err).strip()[:200]})") from None
     rows = slice_local(list(range(len(dataset))), local_slice, f"{where} {path}")
     return (dataset.select(rows) if len(rows) != len(dataset) else dataset), None
@@ -100,6 +104,7 @@ def load_folder(path: Path, split: str | None, where: str, config: str | None = 
 
 def _concatenate(files: list[Path], root: Path, local_slice: str, where: str):
     from datasets import concatenate_datasets
+    from pyarrow import ArrowException
 
     parts, labels = [], []
     for file in files:
@@ -109,7 +114,7 @@ def _concatenate(files: list[Path], root: Path, local_slice: str, where: str):
         labels.extend(f"({prefix} {label})" for label in file_labels or [f"row {i + 1}" for i in range(len(dataset))])
     try:
         dataset = parts[0] if len(parts) == 1 else concatenate_datasets(parts)
-    except Exception as err:
+    except (ValueError, ArrowException) as err:  # "The features can't be aligned", pyarrow's own clashes
         raise WeMaskError(f"{where} {root}: its {len(files)} files do not share one layout ({str(err).strip()[:200]})") from None
     rows = slice_local(list(range(len(dataset))), local_slice, f"{where} {root}")
     if len(rows) != len(dataset):

@@ -1,7 +1,9 @@
 """The layouts each training stage accepts, their detection, and per-row checks that name the row at fault.
 
-Formats are declared per stage in `FORMATS` (first match wins); a stage that needs more (GRPO's answer column,
-DPO's implicit prompt) adds or reads its own columns after detection. The verl layout is adapted in verl.py.
+A stage declares what it reads as a `TrainingData` (its formats, first match wins; train/stages.py): the built-in
+stages use SUPERVISED, PREFERENCE and PROMPTS. A stage that needs more (GRPO's answer column, DPO's implicit prompt)
+adds or reads its own columns after detection. The verl, Alpaca and ShareGPT layouts are adapted in verl.py and
+chat_layouts.py for the `layouts` a TrainingData names.
 """
 
 from __future__ import annotations
@@ -23,23 +25,45 @@ class DataFormat:
         return f"{self.name} ({', '.join(self.columns)})"
 
 
-FORMATS: dict[str, tuple[DataFormat, ...]] = {
-    "sft": (
-        DataFormat("messages", ("messages",)),
-        DataFormat("prompt-completion", ("prompt", "completion")),
-        DataFormat("text", ("text",)),
-    ),
-    "dpo": (
-        DataFormat("prompt-chosen-rejected", ("prompt", "chosen", "rejected")),
-        DataFormat("chosen-rejected (implicit prompt)", ("chosen", "rejected")),
-    ),
-    # GRPO keeps every column: reward functions receive them as keyword arguments (e.g. the reference answer).
-    # The GSM8K layout (question, answer ending in '#### N') works as is: train/grpo.py turns question into prompt.
-    "grpo": (
-        DataFormat("prompt", ("prompt",), keep_other_columns=True),
-        DataFormat("question-answer (GSM8K)", ("question", "answer"), keep_other_columns=True),
-    ),
-}
+@dataclass(frozen=True)
+class TrainingData:
+    """What a training stage reads: its formats (first match wins), and how the layouts recognised without flags
+    (verl, Alpaca, ShareGPT) convert for it: as for "sft", "dpo" or "grpo", or not at all (None)."""
+
+    stage: str  # named in errors
+    formats: tuple[DataFormat, ...]
+    layouts: str | None = None
+
+    def named(self, stage: str) -> TrainingData:
+        """The same data under another stage's name (a stage that reads what a built-in one reads)."""
+        return TrainingData(stage, self.formats, self.layouts)
+
+
+SUPERVISED = TrainingData("sft", (
+    DataFormat("messages", ("messages",)),
+    DataFormat("prompt-completion", ("prompt", "completion")),
+    DataFormat("text", ("text",)),
+), "sft")
+PREFERENCE = TrainingData("dpo", (
+    DataFormat("prompt-chosen-rejected", ("prompt", "chosen", "rejected")),
+    DataFormat("chosen-rejected (implicit prompt)", ("chosen", "rejected")),
+), "dpo")
+# Every column is kept: reward functions receive them as keyword arguments (e.g. the reference answer).
+# The GSM8K layout (question, answer ending in '#### N') works as is: train/grpo.py turns question into prompt.
+PROMPTS = TrainingData("grpo", (
+    DataFormat("prompt", ("prompt",), keep_other_columns=True),
+    DataFormat("question-answer (GSM8K)", ("question", "answer"), keep_other_columns=True),
+), "grpo")
+BUILTIN_DATA = {data.stage: data for data in (SUPERVISED, PREFERENCE, PROMPTS)}  # a built-in stage's name stands for its data
+
+
+def training_data(stage: TrainingData | str) -> TrainingData:
+    """A TrainingData, or a built-in stage's by its name ("sft", "dpo", "grpo")."""
+    if isinstance(stage, TrainingData):
+        return stage
+    if stage not in BUILTIN_DATA:
+        raise WeMaskError(f"no dataset formats are defined for stage {stage!r}")
+    return BUILTIN_DATA[stage]
 
 
 def is_conversation(value) -> bool:
@@ -47,17 +71,16 @@ def is_conversation(value) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(m, dict) and "role" in m for m in value)
 
 
-def detect_format(stage: str, columns, where: str) -> DataFormat:
+def detect_format(stage: TrainingData | str, columns, where: str) -> DataFormat:
     """The first of the stage's formats whose columns are all present, or an error naming what was found."""
-    if stage not in FORMATS:
-        raise WeMaskError(f"no dataset formats are defined for stage {stage!r}")
+    data = training_data(stage)
     present = set(columns)
-    for fmt in FORMATS[stage]:
+    for fmt in data.formats:
         if set(fmt.columns) <= present:
             return fmt
-    accepted = "; ".join(fmt.describe() for fmt in FORMATS[stage])
+    accepted = "; ".join(fmt.describe() for fmt in data.formats)
     raise WeMaskError(
-        f"{where} has columns {sorted(present)}, which match no {stage} format: accepted are {accepted}. "
+        f"{where} has columns {sorted(present)}, which match no {data.stage} format: accepted are {accepted}. "
         "Rename columns with --dataset-columns, e.g. prompt=question,completion=answer (dotted paths reach nested "
         "fields: answer=reward_model.ground_truth)"
     )

@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from ..errors import WeMaskError
+from ..errors import WeMaskError, first_line
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 _SNIFF_BYTES = 8192
@@ -123,6 +123,7 @@ def _mixed_text_and_integers(values: list) -> bool:
 def rows_to_dataset(numbered: list[tuple[int, dict]], unit: str, where: str):
     """A datasets.Dataset from numbered rows; a column mixing text and integers is read as text, other clashes named."""
     from datasets import Dataset
+    from pyarrow import ArrowException
 
     columns = list(dict.fromkeys(key for _, row in numbered for key in row))
     data = {key: [row.get(key) for _, row in numbered] for key in columns}
@@ -131,8 +132,8 @@ def rows_to_dataset(numbered: list[tuple[int, dict]], unit: str, where: str):
             data[key] = [str(v) if isinstance(v, int) else v for v in values]
     try:
         return Dataset.from_dict(data)
-    except Exception as err:  # pyarrow type clashes: a field that is a string in one row, a list in another
-        raise WeMaskError(f"{where}: rows do not share one layout ({_clash(data, numbered, unit) or _first_line(err)})") from None
+    except (ArrowException, OverflowError) as err:  # type clashes (a string in one row, a list in another), huge ints
+        raise WeMaskError(f"{where}: rows do not share one layout ({_clash(data, numbered, unit) or first_line(err, 200)})") from None
 
 
 def _clash(data: dict, numbered: list, unit: str) -> str | None:
@@ -150,11 +151,6 @@ def _clash(data: dict, numbered: list, unit: str) -> str | None:
     return None
 
 
-def _first_line(err: Exception) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0][:200] if text else type(err).__name__
-
-
 def load_file(path: Path, split: str | None, where: str):
     """(dataset, row labels or None) of one local data file; labels name JSON/CSV lines for later errors."""
     from datasets import Dataset
@@ -166,10 +162,14 @@ def load_file(path: Path, split: str | None, where: str):
         if not numbered:
             raise WeMaskError(f"{where} {path} holds no rows: give a file with at least one example")
         return rows_to_dataset(numbered, unit, f"{where} {path}"), [f"{unit} {n}" for n, _ in numbered]
+    from datasets.exceptions import DatasetsError
+    from pyarrow import ArrowException
+
     try:
         dataset = Dataset.from_parquet(str(path))
-    except Exception as err:
-        raise WeMaskError(f"{where} {path} could not be read as parquet ({_first_line(err)})") from None
+    except (ArrowException, DatasetsError, OSError) as err:  # not parquet, corrupt (the cause wrapped), unreadable
+        reason = first_line(err.__cause__ or err, 200)
+        raise WeMaskError(f"{where} {path} could not be read as parquet ({reason})") from None
     rows = slice_local(list(range(len(dataset))), split, f"{where} {path}")
     if len(rows) != len(dataset):
         dataset = dataset.select(rows)
@@ -179,6 +179,7 @@ def load_file(path: Path, split: str | None, where: str):
 def load_hub(name: str, split: str | None, config: str | None, where: str):
     """A hub dataset (network or a filled HF cache); failures become one line."""
     from datasets import load_dataset
+    from datasets.exceptions import DatasetsError
 
     from ..hub import before_hub_fetch
 
@@ -186,9 +187,26 @@ def load_hub(name: str, split: str | None, config: str | None, where: str):
 
     try:
         return load_dataset(name, config, split=split or "train")
-    except Exception as err:
-        reason = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+    except (OSError, ValueError, DatasetsError, RuntimeError) as err:  # hub, network and files; a bad split or config
+        if isinstance(err, RuntimeError) and "Dataset scripts are no longer supported" not in str(err):
+            raise  # of RuntimeErrors only a dataset that needs a loading script is the user's choice
         raise WeMaskError(
-            f"{where} {name!r} could not be loaded from the hub ({reason}); a hub name needs network access or a filled "
+            f"{where} {name!r} could not be loaded from the hub ({first_line(err)}); a hub name needs network access or a filled "
             f"HF cache: give a local {'/'.join(LOCAL_SUFFIXES)} file instead"
         ) from None
+
+
+def content_sha256(spec) -> str | None:
+    """SHA-256 of a local data file, or of a folder's files (their relative paths and bytes, in order); None for a
+    hub name. Runs and evals record it, so `wemask report` tells apart data that only shares a name."""
+    import hashlib
+
+    path = Path(str(spec)).expanduser() if spec else None
+    if path is None or not path.exists():
+        return None
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    for file in files:
+        digest.update(str(file.relative_to(path)).encode() if file != path else b"")
+        digest.update(file.read_bytes())
+    return digest.hexdigest()

@@ -8,7 +8,7 @@ from ..errors import WeMaskError
 from ..progress import warn
 from .chat_layouts import adapt_alpaca, adapt_sharegpt
 from .columns import apply_column_map, parse_column_map
-from .formats import check_rows, detect_format
+from .formats import TrainingData, check_rows, detect_format, training_data
 from .local import load_local
 from .readers import load_hub, looks_local
 from .verl import adapt_verl
@@ -39,7 +39,7 @@ def open_dataset(spec, *, split: str | None = "train", config: str | None = None
 
 
 def load_training_data(
-    stage: str,
+    stage: TrainingData | str,
     spec: str,
     *,
     split: str | None = "train",
@@ -47,11 +47,14 @@ def load_training_data(
     columns: str | dict | None = None,
     what: str = "--dataset",
 ):
-    """(dataset, format) for `stage`: columns mapped, verl adapted, format detected, rows checked, never empty."""
+    """(dataset, format) for `stage` (its TrainingData, or a built-in stage's name): columns mapped, known layouts
+    adapted, format detected, rows checked, never empty."""
+    data = training_data(stage)
     dataset, labels, where = open_dataset(spec, split=split, config=config, what=what)
     dataset = apply_column_map(dataset, parse_column_map(columns), where)
-    adapted = next(filter(None, (adapt(stage, dataset, labels, where) for adapt in LAYOUT_ADAPTERS)), None)
-    dataset, fmt = adapted or (dataset, detect_format(stage, dataset.column_names, where))
+    adapters = LAYOUT_ADAPTERS if data.layouts else ()
+    adapted = next(filter(None, (adapt(data.layouts, dataset, labels, where) for adapt in adapters)), None)
+    dataset, fmt = adapted or (dataset, detect_format(data, dataset.column_names, where))
     dataset = check_rows(dataset, fmt, labels, where)
     if not fmt.keep_other_columns:
         extra = [c for c in dataset.column_names if c not in fmt.columns]

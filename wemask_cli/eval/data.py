@@ -7,7 +7,6 @@ line naming the row at fault, raised before any model is loaded.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from ..data import (
     LOCAL_SUFFIXES,
     check_column,
     column_value,
+    content_sha256,
     is_conversation,
     load_hub,
     load_local,
@@ -105,7 +105,7 @@ def open_source(spec: str | None, bundled: str, split: str | None, config: str |
 
 def read_path(path: Path, where: str, split: str | None) -> Source:
     """A local file or folder: a data file (.jsonl/.json/.csv/.parquet, a folder of them) or plain text of any name."""
-    sha = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    sha = content_sha256(path) if path.is_file() else None
     if path.is_file() and path.suffix.lower() not in LOCAL_SUFFIXES:
         text, reader = read_text_file(path, "--data")
         if not text.strip():

@@ -27,12 +27,11 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from ..outputs import atomic_write_json, atomic_write_text, strict_json
+from ..outputs import METRICS_FILE, atomic_write_json, atomic_write_text, strict_json
 from ..versions import library_versions
 from .stats import summarize
 
 SCHEMA = "wemask-metrics/1"
-METRICS_FILE = "metrics.json"
 LIBRARIES = ("wemask-cli", "torch", "transformers", "trl", "lm-eval")
 
 

@@ -14,7 +14,7 @@ import logging
 import statistics
 from pathlib import Path
 
-from ..errors import WeMaskError
+from ..errors import WeMaskError, first_line
 from .data import EvalData
 from .settings import DEFAULT_WINDOW, EvalSettings
 from .stats import Metric, mean_se
@@ -105,9 +105,8 @@ class LmEvalTask(Task):
         try:
             self.manager.load(self.names)
         except OSError as err:  # datasets' ConnectionError and DatasetNotFoundError (a FileNotFoundError) among them
-            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise WeMaskError(
-                f"--lm-eval-tasks {','.join(self.names)}: its data could not be loaded ({reason}); lm-eval tasks fetch "
+                f"--lm-eval-tasks {','.join(self.names)}: its data could not be loaded ({first_line(err)}); lm-eval tasks fetch "
                 "their datasets from the hub: run once with network access to fill the HF cache, or use a local YAML "
                 "task with --lm-eval-include DIR"
             ) from None

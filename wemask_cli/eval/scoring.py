@@ -20,11 +20,6 @@ def model_device(model) -> torch.device:
     return next(model.parameters()).device
 
 
-def max_positions(model) -> int | None:
-    """The model's context length (max_position_embeddings), None when its config does not say."""
-    return getattr(getattr(model, "config", None), "max_position_embeddings", None)
-
-
 def prefix_token_id(tokenizer) -> int:
     """The token a text is conditioned on before its first token: BOS, else EOS (lm-eval's `prefix_token_id`)."""
     token = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id

@@ -9,12 +9,14 @@
     saved = load_saved("runs/x")        # SavedRun | None (also reads a legacy wemask_config.json alone)
     installation = saved.install(model) # the same configs and trained weights
 
-Each intervention is a registered dataclass (registry.KINDS) with `install(model, *, active=None)`.
+Each intervention is a registered dataclass (registry.KINDS) with `install(model, *, active=None)`; its fields
+declared with `flag(default, help)` are its command-line flags and recipe keys (`--gated-norm-rank`). Kinds from
+other packages register through the entry-point group `wemask.interventions` (see registry.py).
 """
 
 from __future__ import annotations
 
-from .base import Active, FlagSpec, Installed, Intervention, InterventionConfigError
+from .base import Active, FlagSpec, Installed, Intervention, InterventionConfigError, flag
 from .installation import Installation, install_all
 from .registry import config_from_dict, configs_from_options, flag_specs, kinds, register
 from .saved import INTERVENTIONS_FILE, WEIGHTS_FILE, SavedRun, load_saved, save_configs, save_interventions
@@ -23,5 +25,5 @@ from .wemask import WeMask
 __all__ = [
     "Active", "FlagSpec", "INTERVENTIONS_FILE", "Installation", "Installed", "Intervention",
     "InterventionConfigError", "SavedRun", "WEIGHTS_FILE", "WeMask", "config_from_dict", "configs_from_options",
-    "flag_specs", "install_all", "kinds", "load_saved", "register", "save_configs", "save_interventions",
+    "flag", "flag_specs", "install_all", "kinds", "load_saved", "register", "save_configs", "save_interventions",
 ]  # fmt: skip

@@ -5,9 +5,10 @@ Torch-free at import: `install()` implementations import torch and `wemask_cli.m
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 from ..errors import WeMaskError
@@ -40,17 +41,50 @@ class FlagSpec:
         return self.name.lstrip("-").replace("-", "_")
 
 
+def flag(default: Any, help: str, *, choices: tuple[str, ...] | None = None, main: bool = False) -> Any:
+    """A config field that is also a command-line flag (PEFT's `field(metadata={"help": ...})` style).
+
+    The flag is `--<kind>-<field>` (`--gated-norm-rank`), or `--<kind>` for the one `main` field, whose value turns
+    the intervention on (`--gated-norm both`). The field's default is the flag's default, shown in the help."""
+    return field(default=default, metadata={"help": help, "choices": tuple(choices) if choices else None, "main": main})
+
+
 @dataclass
 class Intervention:
     """Base class of intervention configs. Subclasses are dataclasses and set the class variables below.
 
     kind: the registry key and JSON "kind". has_parameters: whether install() adds trainable parameters
-    (saved as safetensors). FLAGS: the flags `from_options` reads.
+    (saved as safetensors). Flags come from the fields declared with `flag(...)`; a kind with no `main` field
+    sets `switch` (the help of a `--<kind>` on/off flag). A kind with neither has no flags.
     """
 
     kind: ClassVar[str] = ""
     has_parameters: ClassVar[bool] = False
-    FLAGS: ClassVar[tuple[FlagSpec, ...]] = ()
+    switch: ClassVar[str] = ""
+
+    @classmethod
+    def flag_name(cls, name: str = "") -> str:
+        """The flag of field `name` ('' or the main field: the kind's own flag), e.g. rank -> --gated-norm-rank."""
+        main = next((f.name for f in fields(cls) if f.metadata.get("main")), None)
+        stem = "--" + cls.kind.replace("_", "-")
+        return stem if name in ("", main) else f"{stem}-{name.replace('_', '-')}"
+
+    @classmethod
+    def flags(cls) -> list[FlagSpec]:
+        """The flags this kind declares, main flag first, derived from its fields (torch-free)."""
+        hints = typing.get_type_hints(cls)
+        specs = [FlagSpec(cls.flag_name(), bool, cls.switch, False)] if cls.switch else []
+        for f in fields(cls):
+            if "help" not in f.metadata:
+                continue
+            kind = next((t for t in typing.get_args(hints[f.name]) if t is not type(None)), hints[f.name])
+            default = None if f.metadata["main"] or f.default is MISSING else f.default
+            spec = FlagSpec(cls.flag_name(f.name), kind, f.metadata["help"], default, f.metadata["choices"])
+            if f.metadata["main"]:
+                specs.insert(0, spec)
+            else:
+                specs.append(spec)
+        return specs
 
     def to_dict(self) -> dict:
         """JSON-ready record with its "kind"."""
@@ -71,8 +105,20 @@ class Intervention:
 
     @classmethod
     def from_options(cls, options: dict) -> "Intervention | None":
-        """The config that parsed options ask for (keys = FlagSpec.dest), or None when its flag is not given."""
-        return None
+        """The config that parsed options ask for (keys = FlagSpec.dest), or None when its main flag is not given
+        (a sub-flag given alone is an error). Values may be strings (recipes); 'none', 'off', ... mean not given."""
+        from .common import extras_without_main, off, option_value
+
+        specs = cls.flags()
+        if not specs:
+            return None
+        main, extras = specs[0], specs[1:]
+        if off(options.get(main.dest)):
+            extras_without_main(options, main.dest, {spec.dest: spec.default for spec in extras})
+            return None
+        by_flag = {cls.flag_name(f.name): f.name for f in fields(cls) if "help" in f.metadata}
+        values = {by_flag[spec.name]: option_value(options.get(spec.dest), spec) for spec in specs if spec.name in by_flag}
+        return cls(**{name: value for name, value in values.items() if value is not None})
 
     def describe(self) -> str:
         """One line for people."""

@@ -2,40 +2,23 @@
 
 from __future__ import annotations
 
+from ..method.config import parse_layer_span, span_layers
 from .base import InterventionConfigError
 
 NORM_SITES = ("attn", "ffn", "both")
 
 
-def check_layers(layers: str, kind: str) -> None:
-    """`layers` is 'all', 'a:b' (0-based, b exclusive) or 'a:' (layer a to the last)."""
-    if layers == "all":
-        return
-    start, sep, stop = str(layers).partition(":")
-    try:
-        if not sep:
-            raise ValueError
-        first, last = int(start), (int(stop) if stop else None)
-    except ValueError:
-        raise InterventionConfigError(
-            f"{kind} layers={layers!r} is not valid: use 'all', a 0-based range 'a:b' (b exclusive) or 'a:' (to the end)"
-        ) from None
-    if first < 0 or (last is not None and last <= first):
-        raise InterventionConfigError(f"{kind} layers={layers!r} is an empty or negative range: use 0 <= a < b")
+def check_layers(layers: str, kind: str) -> tuple[int, int | None] | None:
+    """`layers` is 'all' (None) or a range 'a:b', 'a:' or ':b' (WeMask's grammar: method.config.parse_layer_span)."""
+    return parse_layer_span(layers, ("all",), f"{kind} layers", InterventionConfigError)
 
 
 def layer_indices(layers: str, num_layers: int, kind: str) -> list[int]:
     """The 0-based layers `layers` names in a model of `num_layers`, checked against its depth."""
-    check_layers(layers, kind)
-    if layers == "all":
+    span = check_layers(layers, kind)
+    if span is None:
         return list(range(num_layers))
-    start, _, stop = layers.partition(":")
-    first, last = int(start), (int(stop) if stop else num_layers)
-    if last > num_layers:
-        raise InterventionConfigError(
-            f"{kind} layers={layers!r} is outside the model: it has {num_layers} layers (0..{num_layers - 1})"
-        )
-    return list(range(first, last))
+    return span_layers(span, num_layers, layers, f"{kind} layers", InterventionConfigError)
 
 
 def check_sites(norms: str, kind: str) -> tuple[str, ...]:
@@ -65,16 +48,27 @@ def off(value) -> bool:
     return value is None or value is False
 
 
-def as_int(value, flag: str, default: int) -> int:
-    """An integer option (recipes and CLIs may hand over strings); `default` when not given."""
-    if off(value):
-        return default
+def as_number(value, flag: str, kind: type):
+    """A whole (`kind` int) or real (float) option value; recipes and CLIs may hand over strings."""
     try:
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        if isinstance(value, bool) or (kind is int and isinstance(value, float) and not value.is_integer()):
             raise ValueError
-        return int(value)
+        return kind(value)
     except (TypeError, ValueError):
-        raise InterventionConfigError(f"{flag} {value!r} is not a whole number") from None
+        raise InterventionConfigError(f"{flag} {value!r} is not {'a whole number' if kind is int else 'a number'}") from None
+
+
+def option_value(value, spec):
+    """An option value as its flag's type (`spec`: a FlagSpec); None when not given (the field's default applies)."""
+    if value is None:
+        return None
+    if spec.type is bool:
+        return not off(value)
+    if off(value):
+        return None
+    if spec.type in (int, float):
+        return as_number(value, spec.name, spec.type)
+    return str(value)
 
 
 def extras_without_main(options: dict, main: str, extras: dict) -> None:

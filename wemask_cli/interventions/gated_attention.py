@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import WeMaskError
-from .base import Active, FlagSpec, Installed, Intervention
-from .common import as_int, check_layers, check_rank, check_rank_fits, extras_without_main, layer_indices, off
+from .base import Active, Installed, Intervention, flag
+from .common import check_layers, check_rank, check_rank_fits, layer_indices
 from .registry import register
 
 
@@ -17,32 +17,20 @@ class GatedAttention(Intervention):
     attention receives (after WeMask, when both are installed). Low rank (the paper uses a full d x d map):
     W_down (d -> rank), W_up (rank -> o_proj inputs), W_up zero so g = 1 at step 0."""
 
-    rank: int = 16
-    layers: str = "all"
+    rank: int = flag(16, "rank of the gated-attention projection")
+    layers: str = flag("all", "0-based layers for gated attention: all, a:b (b exclusive), a: (to the end) or :b")
     seed: int = 0
 
     kind = "gated_attention"
     has_parameters = True
-    FLAGS = (
-        FlagSpec("--gated-attention", bool, "an elementwise 2·sigmoid gate on the attention output, before o_proj", False),
-        FlagSpec("--gated-attention-rank", int, "rank of the gated-attention projection", 16),
-        FlagSpec("--gated-attention-layers", str, "0-based layers for gated attention: all, a:b or a:", "all"),
-    )
+    switch = "an elementwise 2·sigmoid gate on the attention output, before o_proj"
 
     def __post_init__(self) -> None:
         check_rank(self.rank, self.kind)
         check_layers(self.layers, self.kind)
 
     def check_fits(self, hidden_size: int) -> None:
-        check_rank_fits(self.rank, hidden_size, self.kind, "--gated-attention-rank")
-
-    @classmethod
-    def from_options(cls, options: dict) -> "GatedAttention | None":
-        if off(options.get("gated_attention")):
-            extras_without_main(options, "gated_attention", {"gated_attention_rank": 16, "gated_attention_layers": "all"})
-            return None
-        rank = as_int(options.get("gated_attention_rank"), "--gated-attention-rank", 16)
-        return cls(rank=rank, layers=options.get("gated_attention_layers") or "all")
+        check_rank_fits(self.rank, hidden_size, self.kind, self.flag_name("rank"))
 
     def describe(self) -> str:
         return f"gated attention, rank {self.rank}, layers {self.layers} (0-based)"

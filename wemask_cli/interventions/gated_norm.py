@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Active, FlagSpec, Installed, Intervention
-from .common import as_int, check_layers, check_rank, check_rank_fits, check_sites, extras_without_main, norm_sites, off
+from .base import Active, Installed, Intervention, flag
+from .common import NORM_SITES, check_layers, check_rank, check_rank_fits, check_sites, norm_sites
 from .registry import register
 
 
@@ -18,18 +18,13 @@ class GatedNorm(Intervention):
     `seed` seeds W_down's initialisation (per layer and site), leaving the global RNG alone.
     """
 
-    norms: str = "both"
-    rank: int = 16
-    layers: str = "all"
+    norms: str = flag("both", "GatedNorm after the pre-attention, pre-FFN or both RMSNorms", choices=NORM_SITES, main=True)
+    rank: int = flag(16, "rank r of GatedNorm's W_down (d->r) and W_up (r->d)")
+    layers: str = flag("all", "0-based layers for GatedNorm: all, a:b (b exclusive), a: (to the end) or :b")
     seed: int = 0
 
     kind = "gated_norm"
     has_parameters = True
-    FLAGS = (
-        FlagSpec("--gated-norm", str, "GatedNorm after the pre-attention, pre-FFN or both RMSNorms", None, ("attn", "ffn", "both")),
-        FlagSpec("--gated-norm-rank", int, "rank r of GatedNorm's W_down (d->r) and W_up (r->d)", 16),
-        FlagSpec("--gated-norm-layers", str, "0-based layers for GatedNorm: all, a:b (b exclusive) or a: (to the end)", "all"),
-    )
 
     def __post_init__(self) -> None:
         check_sites(self.norms, self.kind)
@@ -37,18 +32,7 @@ class GatedNorm(Intervention):
         check_layers(self.layers, self.kind)
 
     def check_fits(self, hidden_size: int) -> None:
-        check_rank_fits(self.rank, hidden_size, self.kind, "--gated-norm-rank")
-
-    @classmethod
-    def from_options(cls, options: dict) -> "GatedNorm | None":
-        if off(options.get("gated_norm")):
-            extras_without_main(options, "gated_norm", {"gated_norm_rank": 16, "gated_norm_layers": "all"})
-            return None
-        return cls(
-            norms=options["gated_norm"],
-            rank=as_int(options.get("gated_norm_rank"), "--gated-norm-rank", 16),
-            layers=options.get("gated_norm_layers") or "all",
-        )
+        check_rank_fits(self.rank, hidden_size, self.kind, self.flag_name("rank"))
 
     def describe(self) -> str:
         return f"GatedNorm on the {self.norms} norm(s), rank {self.rank}, layers {self.layers} (0-based)"

@@ -13,6 +13,7 @@ class Installation:
 
     def __init__(self, items: list[Installed]):
         self.items = items
+        self.unsaved: tuple = ()  # (the transformers model, the keys keep_out_of_saves added to its save exclusions)
 
     @property
     def configs(self) -> list[Intervention]:
@@ -45,10 +46,29 @@ class Installation:
     def describe(self) -> list[str]:
         return [item.config.describe() for item in self.items]
 
+    def keep_out_of_saves(self, model) -> None:
+        """Leave the added modules' tensors out of the model's `save_pretrained` (a PeftModel: of its transformers
+        model), through transformers' `_keys_to_ignore_on_save`: they live in interventions.safetensors only, so
+        model.safetensors holds the base architecture's weights alone and loads anywhere without unexpected keys.
+        A full-model checkpoint resumed by the Trainer then misses exactly these keys, which it accepts silently."""
+        root = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+        if not hasattr(root, "_keys_to_ignore_on_save"):
+            return  # not a transformers model: its saving is the caller's
+        names = {id(module): name for name, module in root.named_modules()}
+        added = [entry[2] for item in self.items for entry in item.modules.values()]
+        keys = {f"{names[id(module)]}.{key}" for module in added if id(module) in names for key in module.state_dict()}
+        if keys:
+            root._keys_to_ignore_on_save = set(root._keys_to_ignore_on_save or ()) | keys
+            self.unsaved = (root, keys)
+
     def remove(self) -> None:
-        """Remove every item, last installed first (idempotent)."""
+        """Remove every item, last installed first (idempotent), and their keys from the model's save exclusions."""
         for item in reversed(self.items):
             item.remove()
+        if self.unsaved:
+            root, keys = self.unsaved
+            root._keys_to_ignore_on_save = set(root._keys_to_ignore_on_save) - keys
+            self.unsaved = ()
 
     def __enter__(self) -> "Installation":
         return self
@@ -68,7 +88,8 @@ def _as_intervention(config) -> Intervention:
 def install_all(model, configs, *, weights: dict | None = None, active: Active | None = None) -> Installation:
     """Install `configs` (Interventions; a WeMaskConfig is taken as WeMask) on `model`, one per kind, in registry
     order; load `weights` (as saved) when given, else the remedies start at the identity. `active` is passed
-    to every install (see base.Active). On any error, what was installed is removed before re-raising."""
+    to every install (see base.Active). The added tensors are kept out of the model's save_pretrained (saved by
+    save_interventions instead). On any error, what was installed is removed before re-raising."""
     order = list(kinds())
     chosen = sorted((_as_intervention(c) for c in configs if c is not None), key=lambda c: order.index(c.kind))
     names = [c.kind for c in chosen]
@@ -80,6 +101,7 @@ def install_all(model, configs, *, weights: dict | None = None, active: Active |
             installation.items.append(config.install(model, active=active))
         if weights:
             installation.load_state_dict(weights)
+        installation.keep_out_of_saves(model)
     except BaseException:
         installation.remove()
         raise

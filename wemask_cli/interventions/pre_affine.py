@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Active, FlagSpec, Installed, Intervention
-from .common import check_layers, check_sites, extras_without_main, norm_sites, off
+from .base import Active, Installed, Intervention, flag
+from .common import NORM_SITES, check_layers, check_sites, norm_sites
 from .registry import register
 
 
@@ -14,26 +14,15 @@ from .registry import register
 class PreAffine(Intervention):
     """RMSNorm(λ ⊙ x) at the pre-attention ('attn'), pre-FFN ('ffn') or both norms; λ = 1 at step 0."""
 
-    norms: str = "both"
-    layers: str = "all"
+    norms: str = flag("both", "PreAffine: a learnable scale before the pre-attention, pre-FFN or both RMSNorms", choices=NORM_SITES, main=True)
+    layers: str = flag("all", "0-based layers for PreAffine: all, a:b (b exclusive), a: (to the end) or :b")
 
     kind = "pre_affine"
     has_parameters = True
-    FLAGS = (
-        FlagSpec("--pre-affine", str, "PreAffine (a learnable scale before the norm) at attn, ffn or both", None, ("attn", "ffn", "both")),
-        FlagSpec("--pre-affine-layers", str, "0-based layers for PreAffine: all, a:b (b exclusive) or a: (to the end)", "all"),
-    )
 
     def __post_init__(self) -> None:
         check_sites(self.norms, self.kind)
         check_layers(self.layers, self.kind)
-
-    @classmethod
-    def from_options(cls, options: dict) -> "PreAffine | None":
-        if off(options.get("pre_affine")):
-            extras_without_main(options, "pre_affine", {"pre_affine_layers": "all"})
-            return None
-        return cls(norms=options["pre_affine"], layers=options.get("pre_affine_layers") or "all")
 
     def describe(self) -> str:
         return f"PreAffine on the {self.norms} norm(s), layers {self.layers} (0-based)"

@@ -1,17 +1,23 @@
 """The registry of intervention kinds: JSON records and parsed options -> configs, torch-free.
 
-Adding an intervention = one module with a registered Intervention subclass, imported in `_load_builtin`.
-Trainers, infer and eval read `flag_specs()` and call `configs_from_options()`; they never name a kind.
+Adding an intervention = one module with a registered Intervention subclass whose fields carry their flags
+(`base.flag`): a module of this package listed in BUILTIN, or any installed module named under the entry-point
+group `wemask.interventions` (pyproject: `[project.entry-points."wemask.interventions"] my_kind = "my_pkg.my_kind"`),
+imported the first time the kinds are read. Trainers, infer and eval read `flag_specs()` and call
+`configs_from_options()`; they never name a kind.
 """
 
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import entry_points
 
 from .base import FlagSpec, Intervention, InterventionConfigError
 
 KINDS: dict[str, type[Intervention]] = {}
 BUILTIN = ("wemask", "gated_norm", "pre_affine", "gated_attention")  # modules of this package, in install order
+PLUGIN_GROUP = "wemask.interventions"  # entry points naming modules (or classes) that register more kinds
+_plugins_loaded = False
 
 
 def register(cls: type[Intervention]) -> type[Intervention]:
@@ -22,14 +28,27 @@ def register(cls: type[Intervention]) -> type[Intervention]:
     return cls
 
 
-def _load_builtin() -> None:
+def _load_kinds() -> None:
+    """Import the built-in kinds, and once per process the plugins' (entry-point group `wemask.interventions`)."""
+    global _plugins_loaded
     for name in BUILTIN:
         importlib.import_module(f".{name}", __package__)
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for point in entry_points(group=PLUGIN_GROUP):
+        try:
+            point.load()  # importing the module registers its kinds
+        except (ImportError, AttributeError) as err:  # the CLI still starts, without that plugin's kinds and flags
+            from ..progress import warn
+
+            warn(f"the intervention plugin {point.name} = {point.value!r} ({PLUGIN_GROUP}) cannot be loaded ({err}): "
+                 "it is left out; fix or uninstall the package that declares it")  # fmt: skip
 
 
 def kinds() -> dict[str, type[Intervention]]:
-    """Every registered kind, in install order (WeMask first, then the remedies)."""
-    _load_builtin()
+    """Every registered kind, in install order (WeMask first, then the remedies, then the plugins')."""
+    _load_kinds()
     order = [name for name in BUILTIN if name in KINDS] + [name for name in KINDS if name not in BUILTIN]
     return {name: KINDS[name] for name in order}
 
@@ -48,7 +67,7 @@ def config_from_dict(data: dict) -> Intervention:
 
 def flag_specs() -> list[FlagSpec]:
     """Every registered intervention's flags (WeMask's own flags are parsed by masking.MaskRequest, not here)."""
-    return [spec for cls in kinds().values() for spec in cls.FLAGS]
+    return [spec for cls in kinds().values() for spec in cls.flags()]
 
 
 def configs_from_options(options: dict) -> list[Intervention]:

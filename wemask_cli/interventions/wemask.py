@@ -12,7 +12,7 @@ from .registry import register
 @register
 @dataclass
 class WeMask(Intervention):
-    """WeMask (SPEC section 3). Its flags are parsed by masking.MaskRequest, so FLAGS is empty here."""
+    """WeMask (SPEC section 3). Its flags are parsed by masking.MaskRequest, so its fields declare none here."""
 
     config: WeMaskConfig
 

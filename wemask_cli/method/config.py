@@ -24,22 +24,37 @@ class WeMaskConfigError(WeMaskError, ValueError):
     """An invalid WeMask setting; a ValueError for API users, a one-line error on the CLI."""
 
 
-def parse_layer_span(layers: str) -> tuple[int, int] | None:
-    """Return (start, stop) for a layer range 'a:b' (0-based, stop exclusive), None for a named range."""
-    if layers in LAYER_RANGES:
+LAYER_SPAN_FORMS = "a 0-based range 'a:b' (b exclusive), 'a:' (layer a to the last) or ':b' (layers 0 to b-1)"
+
+
+def parse_layer_span(
+    layers: str, named: tuple[str, ...] = LAYER_RANGES, what: str = "layers", error: type[Exception] = WeMaskConfigError
+) -> tuple[int, int | None] | None:
+    """(start, stop) of a layer range 'a:b', 'a:' or ':b' (0-based, stop exclusive, None: to the last layer); None for
+    a name in `named`. Every user of a layer range parses it here, so all accept and refuse the same; `what` and
+    `error` name the setting and the caller's error family."""
+    if layers in named:
         return None
-    start, sep, stop = layers.partition(":")
+    start, sep, stop = str(layers).partition(":")
     try:
-        if not sep:
+        if not sep or not (start.strip() or stop.strip()):
             raise ValueError
-        span = int(start), int(stop)
+        span = int(start) if start.strip() else 0, int(stop) if stop.strip() else None
     except ValueError:
-        raise WeMaskConfigError(
-            f"layers={layers!r} is not valid: use one of {', '.join(LAYER_RANGES)} or a 0-based range 'a:b' (b exclusive)"
-        ) from None
-    if not 0 <= span[0] < span[1]:
-        raise WeMaskConfigError(f"layers={layers!r} is an empty or negative range: use 'a:b' with 0 <= a < b")
+        raise error(f"{what}={layers!r} is not valid: use one of {', '.join(named)} or {LAYER_SPAN_FORMS}") from None
+    if span[0] < 0 or (span[1] is not None and span[1] <= span[0]):
+        raise error(f"{what}={layers!r} is an empty or negative range: use 'a:b' with 0 <= a < b")
     return span
+
+
+def span_layers(
+    span: tuple[int, int | None], num_layers: int, layers: str, what: str = "layers", error: type[Exception] = WeMaskConfigError
+) -> list[int]:
+    """The 0-based layers a parsed span names in a model of `num_layers`, checked against its depth."""
+    stop = num_layers if span[1] is None else span[1]
+    if stop > num_layers or span[0] >= stop:
+        raise error(f"{what}={layers!r} is outside the model: it has {num_layers} layers, use 0..{num_layers - 1}")
+    return list(range(span[0], stop))
 
 
 def parse_dims(dims) -> dict[int, list[int]]:
@@ -124,11 +139,7 @@ class WeMaskConfig:
             )
         span = parse_layer_span(self.layers)
         if span is not None:
-            if span[1] > num_layers:
-                raise WeMaskConfigError(
-                    f"layers={self.layers!r} is outside the model: it has {num_layers} layers, use b <= {num_layers}"
-                )
-            return list(range(*span))
+            return span_layers(span, num_layers, self.layers)
         if self.layers == "all":
             return list(range(num_layers))
         if self.layers == "me-only":

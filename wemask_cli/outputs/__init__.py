@@ -27,9 +27,11 @@ from .files import (
 )
 from .lock import UNREADABLE_LOCK_GRACE_S
 from .manifest import LOCK_NAME, MANIFEST_NAME, OURS, Manifest
+from .names import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, METRICS_FILE, MODEL_CONFIG_FILE, RUN_RECORD_FILE
 
 __all__ = [
-    "LOCK_NAME", "MANIFEST_NAME", "OURS", "UNREADABLE_LOCK_GRACE_S", "Manifest", "OutputClaim", "atomic_write_json",
+    "ADAPTER_CONFIG_FILE", "ADAPTER_WEIGHTS_FILE", "LOCK_NAME", "MANIFEST_NAME", "METRICS_FILE", "MODEL_CONFIG_FILE", "OURS", "RUN_RECORD_FILE",
+    "UNREADABLE_LOCK_GRACE_S", "Manifest", "OutputClaim", "atomic_write_json",
     "atomic_write_text", "check_inputs_outside", "check_output_file", "check_writable", "claim_output_dir",
     "describe_os_error", "dumps_strict", "read_manifest", "record_written", "strict_json",
 ]

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 from rich.table import Table
 
-from .common import format_metric, is_percent, pyplot, save_figure
+from .common import format_metric, is_percent
 
 FIXED = ("mask_rate", "mode", "me_layer")
 
@@ -97,38 +94,3 @@ def eval_table(document: dict, metrics: list[str] | None = None, *, secondary: b
         row += [delta_cell(primary, cell.get(key), cell.get(f"{key}_se")) for key in changes]
         table.add_row(*row)
     return table
-
-
-def eval_curve_png(document: dict, path: str | Path) -> Path:
-    """The primary metric (and metrics of its kind) against mask rate, one line per metric, mode and other axis;
-    spread as error bars (seeds) or a band (standard error)."""
-    summary, primary = document["summary"], document.get("primary_metric")
-    seeds, unit = document.get("seeds", {}).get("count", 1), document.get("unit", "examples")
-    percent = primary is not None and is_percent(primary)
-    shown = [m for m in dict.fromkeys(r["metric"] for r in summary) if m == primary or (percent and is_percent(m))]
-    extra = [axis for axis in document.get("axes", []) if axis not in FIXED]
-    group = lambda r: (r["metric"], r["mode"], *(r.get(a) for a in extra))
-    lines = dict.fromkeys(group(r) for r in summary if r["metric"] in shown)
-    scale = 100.0 if percent else 1.0
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for line_key in lines:
-        rows = sorted((r for r in summary if group(r) == line_key and r["mean"] is not None), key=lambda r: r["mask_rate"])
-        x, y = [r["mask_rate"] for r in rows], [scale * r["mean"] for r in rows]
-        label = " ".join([line_key[0]] + ([f"({line_key[1]})"] if len({k[1] for k in lines}) > 1 else [])
-                         + [f"{a}={v}" for a, v in zip(extra, line_key[2:])])
-        if seeds > 1:
-            ax.errorbar(x, y, yerr=[scale * r["std"] for r in rows], marker="o", capsize=4, label=f"{label}: mean ± std over {seeds} seeds")
-            continue
-        (drawn,) = ax.plot(x, y, marker="o", label=f"{label} (band: ± 1 s.e. over {unit})")
-        err = [scale * (r["se"] or 0.0) for r in rows]
-        ax.fill_between(x, [a - b for a, b in zip(y, err)], [a + b for a, b in zip(y, err)], color=drawn.get_color(), alpha=0.15)
-    ax.set_xticks(sorted({r["mask_rate"] for r in summary}))
-    ax.set_xlabel("mask rate r")
-    ax.set_ylabel(", ".join(shown) + (" (%)" if percent else ""))
-    data = Path(document["data"]).name if document.get("data") else ""
-    model = re.sub(r"-[0-9a-f]{12}$", "", Path(str(document.get("model", ""))).name)  # no cache fingerprint
-    ax.set_title(f"{document['task']}: {model} on {data}", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return save_figure(fig, path)

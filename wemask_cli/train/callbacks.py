@@ -40,6 +40,19 @@ class CheckpointRecordCallback(TrainerCallback):
             self.claim.end()  # the checkpoint, and the model card TRL writes next to it
         return control
 
+    def on_train_end(self, args, state, control, **kwargs):
+        """--load-best-model-at-end reloads the best checkpoint's model weights, which leave the remedies out (under
+        LoRA: its adapter): their weights are restored from that checkpoint's interventions.safetensors. DeepSpeed
+        and FSDP reload from their own checkpoints, which hold every parameter."""
+        remedies = self.record.installation.remedies
+        if remedies is None or not (args.load_best_model_at_end and state.best_model_checkpoint):
+            return control
+        if not (args.deepspeed or args.fsdp):
+            from ..interventions import load_saved
+
+            remedies.load_state_dict(load_saved(state.best_model_checkpoint).weights)
+        return control
+
 
 class StopOnNonFinite(TrainerCallback):
     """Stops training at the first non-finite gradient (a NaN or infinite loss gives one too) or non-finite weight

@@ -6,15 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import WeMaskError
+from ..errors import WeMaskError, first_line
 from ..method.config import CONFIG_NAME
-from ..outputs import OutputClaim, claim_output_dir
+from ..outputs import ADAPTER_WEIGHTS_FILE, METRICS_FILE, RUN_RECORD_FILE, OutputClaim, claim_output_dir
 from ..progress import say
-from .records import METRICS_NAME, RUN_NAME
 
 PREFIX = "checkpoint"  # transformers.trainer_utils.PREFIX_CHECKPOINT_DIR, without importing transformers
-TRAINER_STATE = "trainer_state.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"  # peft's SAFETENSORS_WEIGHTS_NAME
+TRAINER_STATE = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME
 
 
 def barrier(args) -> None:
@@ -50,12 +48,12 @@ def checkpoint_problem(path: Path, *, ours: bool = True) -> str | None:
             try:
                 read(path)
             except (ValueError, OSError, WeMaskError) as err:
-                return f"{name} is torn or invalid ({str(err).splitlines()[0][:120]})"
+                return f"{name} is torn or invalid ({first_line(err, 120)})"
     problem = _adapter_problem(path)
     if problem:
         return problem
     if ours:
-        problem = _read_json(path / RUN_NAME)
+        problem = _read_json(path / RUN_RECORD_FILE)
         if problem:
             return problem + (" (the save was interrupted before wemask's record)" if problem.startswith("no ") else "")
     return None
@@ -63,7 +61,7 @@ def checkpoint_problem(path: Path, *, ours: bool = True) -> str | None:
 
 def _adapter_problem(path: Path) -> str | None:
     """Why the checkpoint's LoRA adapter cannot be resumed from (unreadable, NaN or infinity); None: it can."""
-    if not (path / ADAPTER_WEIGHTS).is_file():
+    if not (path / ADAPTER_WEIGHTS_FILE).is_file():
         return None
     from safetensors import SafetensorError
     from safetensors.torch import load_file
@@ -71,10 +69,10 @@ def _adapter_problem(path: Path) -> str | None:
     from ..finite import first_non_finite
 
     try:
-        name = first_non_finite(load_file(str(path / ADAPTER_WEIGHTS)).items())
+        name = first_non_finite(load_file(str(path / ADAPTER_WEIGHTS_FILE)).items())
     except (SafetensorError, OSError) as err:
-        return f"{ADAPTER_WEIGHTS} is torn ({str(err).splitlines()[0][:120]})"
-    return f"{ADAPTER_WEIGHTS}: tensor {name} holds NaN or infinity" if name else None
+        return f"{ADAPTER_WEIGHTS_FILE} is torn ({first_line(err, 120)})"
+    return f"{ADAPTER_WEIGHTS_FILE}: tensor {name} holds NaN or infinity" if name else None
 
 
 def checkpoints(directory: Path) -> list[Path]:
@@ -85,9 +83,9 @@ def checkpoints(directory: Path) -> list[Path]:
 
 def resume_checkpoint(directory: Path) -> str | None:
     """The newest complete checkpoint of a run to --resume (None: nothing there, a new run starts)."""
-    if (directory / METRICS_NAME).is_file():
+    if (directory / METRICS_FILE).is_file():
         raise WeMaskError(
-            f"--resume: {directory} holds a finished run ({METRICS_NAME}); to train further start a new run with "
+            f"--resume: {directory} holds a finished run ({METRICS_FILE}); to train further start a new run with "
             f"--model {directory}, or pass --overwrite to replace it"
         )
     skipped = []
@@ -161,7 +159,7 @@ def warn_schedule_change(resume_from: str | None, args) -> None:
     if not resume_from:
         return
     try:
-        started = json.loads((Path(resume_from) / RUN_NAME).read_text()).get("trl_args") or {}
+        started = json.loads((Path(resume_from) / RUN_RECORD_FILE).read_text()).get("trl_args") or {}
     except (OSError, ValueError):  # checked complete when chosen; a missing record only loses this warning
         return
     now = args.to_dict()  # the form the record was written in (enums as their values)

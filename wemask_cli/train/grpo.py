@@ -26,14 +26,44 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..data.formats import PROMPTS
 from ..errors import WeMaskError
 from ..method.config import WeMaskConfig
-from .install import PolicyPass, install_on_policy, install_on_reference, is_peft
 from .recipe import recipe_path
 from .stage import Stage, TrainContext
+from .stages import StageFlag, StageSpec
 
 DEFAULT_REWARDS = ("math",)
 GSM8K_COLUMNS = ("question", "answer")
+STAGE = StageSpec(
+    "grpo",
+    """GRPO with TRL's GRPOTrainer and WeMask (data: prompt [+ answer] | GSM8K question/answer as is).
+
+    aware: rollouts are generated with the mask and the loss passes use it on the same first real token;
+    free: plain GRPO, the mask recorded for inference. --use-vllm: TRL's in-process vLLM engine generates,
+    with the same mask in aware mode (--vllm-mode server: GPUs only). Rename columns with --dataset-columns
+    prompt=X,answer=Y. TRL's GRPO options pass through:
+    --num-generations, --max-completion-length, --temperature, --beta, --use-vllm, ...
+    """,
+    "wemask_cli.train.grpo:GRPOStage",
+    "GRPOConfig",
+    PROMPTS,
+    flags=(
+        StageFlag(
+            "reward", list,
+            "Reward NAME[:WEIGHT], repeatable (default math): math | format | path/to/file.py:function | "
+            "module:function, called as f(completions, **kwargs) -> a list of floats, with dataset columns as keywords.",
+            default=list(DEFAULT_REWARDS), recipe_kinds=(str, list),
+        ),
+        StageFlag(
+            "chat_template", bool,
+            "Put plain-text prompts in a user message (default: for GSM8K-layout 'question' data when the tokenizer "
+            "has a chat template).",
+            recipe_kinds=(bool, str),
+        ),
+    ),
+    reference="same",
+)
 
 VLLM_SERVER_ON_CPU = (
     "--vllm-mode server needs GPUs: TRL syncs the trained weights to the vLLM server over NCCL; on CPU use "
@@ -157,10 +187,7 @@ def prepare_dataset(dataset, tokenizer, chat_template: bool | None, rewards: lis
 
 
 class GRPOStage(Stage):
-    name = "grpo"
-    trl_config = "GRPOConfig"
-    option_defaults = {"reward": list(DEFAULT_REWARDS), "chat_template": None}
-    option_kinds = {"reward": (str, list), "chat_template": (bool, str)}
+    spec = STAGE
 
     def __init__(self) -> None:
         super().__init__()
@@ -193,20 +220,14 @@ class GRPOStage(Stage):
             )
 
     def install(self, trainer, ctx: TrainContext) -> WeMaskConfig:
-        """The default install on `trainer.model` (rollouts and loss passes both run it), plus the reference model.
-
-        In aware mode the reference policy is the starting model *with* the mask (as under LoRA, where TRL's
-        reference is the same hooked model with the adapter disabled), with the same recorded dims.
-        """
-        peft_reference = trainer.ref_model is None and is_peft(trainer.model)
-        remedies_active = PolicyPass(trainer.model) if peft_reference and ctx.remedies else None
-        self.installation = install_on_policy(trainer, ctx, remedies_active=remedies_active)
-        config = self.installation.wemask
+        """The shared install (reference.py) on `trainer.model`, which rollouts and loss passes both run, and on the
+        reference, masked like the policy in aware mode (as under LoRA, where TRL's reference is the same hooked
+        model with the adapter disabled); then TRL's colocated vLLM engine, which generates, gets the mask too."""
+        config = super().install(trainer, ctx)
         if getattr(trainer, "use_vllm", False) and trainer.vllm_mode == "colocate":
             from ..engines.vllm.colocate import mask_rollouts
 
             mask_rollouts(trainer, config)
-        install_on_reference(trainer, self.installation, mask=True)
         return config
 
     def extra_metrics(self, trainer) -> dict:

@@ -1,5 +1,5 @@
 """Interventions on the models a trainer runs: the policy (the module TRL trains, PeftModel included) and, where a
-stage has one, a separate reference model; what is saved with every checkpoint; LoRA settings; the WeMask config
+stage has one, a separate reference model (reference.py); what is saved with every checkpoint; LoRA settings; the WeMask config
 the flags ask for. Installed and saved through `wemask_cli.interventions` (install_all, save_configs).
 
 WeMask, aware mode: its hooks stay for training, dims chosen once from the starting weights; free mode: the dims
@@ -50,26 +50,6 @@ def is_peft(model) -> bool:
     return isinstance(model, PeftModel)
 
 
-class PolicyPass:
-    """A predicate for hooks on a PEFT model whose reference is the model itself (DPO, GRPO under LoRA): true while
-    it runs as the policy, false during the reference pass (adapter disabled, or an adapter other than the trained
-    one, TRL's frozen 'ref' copy, active)."""
-
-    def __init__(self, peft_model):
-        from peft.tuners.tuners_utils import BaseTunerLayer
-
-        self.probe = next((m for m in peft_model.modules() if isinstance(m, BaseTunerLayer)), None)
-        if self.probe is None:
-            raise WeMaskError(
-                "a PEFT reference (the adapter-disabled policy) needs a LoRA-style adapter, and this PEFT model has no "
-                "adapter layer: use LoRA, or --ref-mask same without remedies"
-            )
-        self.trained_adapter = peft_model.active_adapter  # PEFT switches all adapter layers together
-
-    def __call__(self) -> bool:
-        return not (bool(self.probe.disable_adapters) or self.trained_adapter not in self.probe.active_adapters)
-
-
 def zero3_gather(model):
     """Under DeepSpeed ZeRO-3 the norm weights are partitioned: gather them (a collective) to choose dims."""
     from ..method.arch import resolve_layers
@@ -104,25 +84,6 @@ def install_on_policy(trainer, ctx, *, mask_active=None, remedies_active=None) -
         done.remedies = install_all(model, ctx.remedies, weights=ctx.remedy_weights or None, active=remedies_active)
         done.installed.append(done.remedies)
     return done
-
-
-def install_on_reference(trainer, done: StageInstallation, *, mask: bool):
-    """A separate reference model (TRL's `ref_model`) gets the policy's starting state: WeMask with the same dims
-    (when `mask`) and the remedies with their starting weights, frozen. Returns it (None: no separate one)."""
-    from ..interventions import install_all
-
-    reference = getattr(trainer, "ref_model", None)
-    if reference is None:
-        return None
-    reference = trainer.accelerator.unwrap_model(reference)
-    if mask and done.wemask.active and done.wemask.mode == "aware":
-        done.installed.append(install_mask(reference, done.wemask))
-    if done.remedies is not None:
-        start = install_all(reference, done.remedies.configs, weights=done.remedies.state_dict())
-        for parameter in start.parameters():
-            parameter.requires_grad_(False)
-        done.installed.append(start)
-    return reference
 
 
 def free_mode_dims(model, config: WeMaskConfig) -> WeMaskConfig:

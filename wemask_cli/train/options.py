@@ -16,64 +16,103 @@ from typing import Any
 from ..errors import WeMaskError
 
 MODES = ("aware", "free")
+TRL_PANEL = "TRL ModelConfig options"
+SHARED_HELP = None  # a mask flag that infer and eval share: its help is cli/options.py's
 
 
-def option(default: Any = None, kind: type | tuple = str) -> Any:
-    """A training option: None means 'not given on the command line'; `default` applies below recipe and flags;
-    `kind` is the type(s) a recipe value must have."""
-    return field(default=None, metadata={"default": default, "kind": kind})
+def option(
+    default: Any = None,
+    kind: type | tuple = str,
+    help: str | None = SHARED_HELP,
+    *,
+    flags: tuple[str, ...] = (),
+    negatable: bool = False,
+    panel: str | None = None,
+    cli_only: bool = False,
+) -> Any:
+    """A training option, declared once: None means 'not given on the command line'; `default` applies below recipe
+    and flags; `kind` is the type(s) a recipe value must have. The rest is its flag (cli/train.py builds it):
+    `help` ('{default}' is replaced by the default), `flags` more names than --the-name (TRL's aliases are added from
+    trl_vocabulary), `negatable` a bool with a --no- form, `panel` its --help panel, `cli_only` never in a recipe."""
+    return field(default=None, metadata={"default": default, "kind": kind, **flag_metadata(help, flags, negatable, panel, cli_only)})
+
+
+def flag_metadata(help, flags=(), negatable=False, panel=None, cli_only=False) -> dict:
+    """The {"flag": ...} metadata of a field that is a command-line flag (see `option`)."""
+    return {"flag": {"help": help, "names": flags, "negatable": negatable, "panel": panel, "cli_only": cli_only}}
 
 
 NUMBER = (int, float)
+MODEL_HELP = "Hub id, local model directory, .gguf file, or omit for the embedded SmolLM2-135M-Instruct."
 
 
 @dataclass
 class TrainOptions:
     """wemask's own training options. None means 'not given on the command line' (then recipe, then default)."""
 
-    model: str | None = option()
-    output_dir: str | None = option()
-    config: str | None = None  # recipe YAML (command line only)
-    dataset: str | None = option()
-    dataset_split: str | None = option("train")
-    dataset_config: str | None = option()
-    dataset_columns: str | None = option()  # ours=theirs renames, e.g. prompt=question,completion=answer
-    eval_dataset: str | None = option()
-    eval_split: str | None = option("train")
-    mask_rate: float | str | None = option(kind=(*NUMBER, str))  # None: the model's saved config, else no mask
-    mode: str | None = option("aware")
+    model: str | None = option(help=MODEL_HELP, flags=("-m",))
+    output_dir: str | None = option(help="Where checkpoints and the trained model go.", flags=("-o",))
+    config: str | None = field(default=None, metadata=flag_metadata(  # recipe YAML (command line only)
+        "Recipe YAML: wemask and TRL keys (flags override it).", ("-c",), cli_only=True))  # fmt: skip
+    dataset: str | None = option(help="Local .jsonl/.json/.parquet/.csv file or a hub dataset name.")
+    dataset_split: str | None = option("train", help="Split to train on (default {default}; 'train[:1000]' slices).")
+    dataset_config: str | None = option(help="Hub dataset configuration name (e.g. main for gsm8k).")
+    dataset_columns: str | None = option(help="Rename columns, ours=theirs: prompt=question,completion=answer.")
+    eval_dataset: str | None = option(help="Evaluation data (same formats); eval loss goes to metrics.json.")
+    eval_split: str | None = option(
+        "train", help="Split of --eval-dataset (default {default}); without --eval-dataset, that split of --dataset, as TRL's scripts do."
+    )
+    mask_rate: float | str | None = option(  # None: the model's saved config, else no mask
+        kind=(*NUMBER, str), flags=("-r",),
+        help="Share r in [0, 1] of dims masked. Default: the wemask_config.json the model carries (its mode kept unless --mode), else none (plain TRL).",
+    )  # fmt: skip
+    mode: str | None = option("aware", help="aware: mask in every training forward and at inference | free: train plain, mask at inference.")
     me_layer: int | str | None = option(kind=(int, str))
     select: str | None = option()  # None: WeMaskConfig's defaults (weight, from-me, 1.0), or the saved config
     layers: str | None = option()
     strength: float | None = option(kind=NUMBER)
     tokens: str | None = option()  # first | massive (None: the default, or the saved config)
-    use_peft: bool | None = option(False, bool)
-    lora_r: int | None = option(16, int)
-    lora_alpha: int | None = option(32, NUMBER)
-    lora_dropout: float | None = option(0.05, NUMBER)
-    lora_target_modules: str | None = option(kind=(str, list))
-    lora_modules_to_save: str | None = option(kind=(str, list))  # TRL ModelConfig's names from here on
-    lora_task_type: str | None = option("CAUSAL_LM")
-    use_dora: bool | None = option(False, bool)
-    use_rslora: bool | None = option(False, bool)
-    model_revision: str | None = option()
-    attn_implementation: str | None = option()
-    trust_remote_code: bool | None = option(False, bool)
-    bnb_4bit_quant_type: str | None = option("nf4")
-    use_bnb_nested_quant: bool | None = option(True, bool)
-    load_in_4bit: bool | None = option(False, bool)
-    load_in_8bit: bool | None = option(False, bool)
-    dtype: str | None = option("auto")
-    overwrite: bool | None = option(False, bool)
-    resume: bool | None = option(False, bool)
+    use_peft: bool | None = option(False, bool, "Train LoRA adapters instead of all weights.", negatable=True)
+    lora_r: int | None = option(16, int, "LoRA rank (default {default}).")
+    lora_alpha: int | None = option(32, NUMBER, "LoRA alpha (default {default}).")
+    lora_dropout: float | None = option(0.05, NUMBER, "LoRA dropout (default {default}).")
+    lora_target_modules: str | None = option(
+        kind=(str, list), help="Comma list of module names, or all-linear (default: PEFT's per-model choice)."
+    )
+    # TRL ModelConfig's fields that wemask passes to PEFT, from_pretrained and bitsandbytes, under TRL's names
+    lora_modules_to_save: str | None = option(
+        kind=(str, list), help="Comma (or space) list of modules trained in full and saved with the adapter.", panel=TRL_PANEL
+    )
+    lora_task_type: str | None = option("CAUSAL_LM", help="PEFT task type (default {default}).", panel=TRL_PANEL)
+    use_dora: bool | None = option(False, bool, "DoRA: weight-decomposed LoRA.", negatable=True, panel=TRL_PANEL)
+    use_rslora: bool | None = option(False, bool, "Rank-stabilised LoRA scaling (alpha/sqrt(r)).", negatable=True, panel=TRL_PANEL)
+    model_revision: str | None = option(help="Hub revision (branch, tag or commit) of --model.", panel=TRL_PANEL)
+    attn_implementation: str | None = option(
+        help="eager | sdpa | flash_attention_2 | ... (default: transformers' choice).", panel=TRL_PANEL
+    )
+    trust_remote_code: bool | None = option(
+        False, bool, "Run the model repository's own Python code (default {default}; a warning when on).", negatable=True, panel=TRL_PANEL
+    )
+    bnb_4bit_quant_type: str | None = option("nf4", help="nf4 | fp4, with --load-in-4bit (default {default}).", panel=TRL_PANEL)
+    use_bnb_nested_quant: bool | None = option(
+        True, bool, "Double quantization of the 4-bit scales (default {default}).", negatable=True, panel=TRL_PANEL
+    )
+    load_in_4bit: bool | None = option(False, bool, "Load weights 4-bit NF4 (bitsandbytes: CUDA, or CPU from 0.49; needs --use-peft).")
+    load_in_8bit: bool | None = option(False, bool, "Load weights 8-bit (bitsandbytes: CUDA, or CPU from 0.49; needs --use-peft).")
+    dtype: str | None = option("auto", help="auto | float32 | bfloat16 | float16 (auto: float32 on CPU).")
+    overwrite: bool | None = option(
+        False, bool, "Replace an earlier wemask run in --output-dir (only the files wemask wrote; refused while others are there).", cli_only=True
+    )
+    resume: bool | None = option(False, bool, "Continue from the newest complete checkpoint in --output-dir.", cli_only=True)
     stage_options: dict = field(default_factory=dict)  # a stage's own flags (e.g. dpo's ref_mask), None = not given
     intervention_options: dict = field(default_factory=dict)  # remedies' flags (interventions registry), None = not given
 
 
 OPTION_FIELDS = [f for f in dataclasses.fields(TrainOptions) if "default" in f.metadata]
+FLAG_FIELDS = [f for f in dataclasses.fields(TrainOptions) if "flag" in f.metadata]  # every command-line flag
 DEFAULTS: dict[str, Any] = {f.name: f.metadata["default"] for f in OPTION_FIELDS}
 KINDS: dict[str, Any] = {f.name: f.metadata["kind"] for f in OPTION_FIELDS}
-CLI_ONLY = ("config", "overwrite", "resume")  # keys that make sense only on the command line, never in a recipe
+CLI_ONLY = tuple(f.name for f in FLAG_FIELDS if f.metadata["flag"]["cli_only"])  # never in a recipe
 
 
 def given_options(options: TrainOptions) -> dict:

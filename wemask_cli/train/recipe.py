@@ -8,7 +8,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import WeMaskError
+from ..errors import WeMaskError, first_line
 from .trl_vocabulary import canonical_key
 
 
@@ -85,7 +85,7 @@ def read_recipe(path: str | None) -> Recipe:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        problem = getattr(err, "problem", None) or first_line(err)
         raise WeMaskError(f"--config {path}{where}: not valid YAML ({problem})") from None
     if data is None:
         return Recipe(path)

@@ -13,12 +13,8 @@ import time
 from pathlib import Path
 
 from ..method.config import WeMaskConfig
-from ..outputs import atomic_write_json, strict_json
+from ..outputs import METRICS_FILE, RUN_RECORD_FILE, atomic_write_json, strict_json
 from ..versions import library_versions
-
-RUN_NAME = "wemask_run.json"
-METRICS_NAME = "metrics.json"
-
 
 LIBRARIES = ("wemask-cli", "torch", "transformers", "trl", "peft", "accelerate", "datasets")
 
@@ -36,6 +32,7 @@ class RunRecord:
         self.distributed: dict | None = None  # distributed.run_facts: what ran, set once the trainer is built
         self.source: str | None = None
         self.data_format: str | None = None
+        self.data_sha256: str | None = None  # of a local --dataset (report groups runs by it)
         self.started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
     def run_json(self, config: WeMaskConfig) -> dict:
@@ -50,6 +47,7 @@ class RunRecord:
             "distributed": self.distributed,
             "model_source": self.source,
             "data_format": self.data_format,
+            "data_sha256": self.data_sha256,
             "wemask": config.to_dict(),
             "interventions": [c.to_dict() for c in self.installation.remedies.configs] if self.installation.remedies else [],
             "options": self.resolved.opts,
@@ -70,7 +68,7 @@ class RunRecord:
         if config.mode == "free" and model is not None:
             config = free_mode_dims(model, config)
         self.installation.save(directory, config)
-        atomic_write_json(directory / RUN_NAME, self.run_json(config))
+        atomic_write_json(directory / RUN_RECORD_FILE, self.run_json(config))
         return config
 
 
@@ -129,5 +127,5 @@ def write_metrics(trainer, output, ctx, stage, config: WeMaskConfig, seconds: fl
         "dropped_examples": stage.dropped,
         **stage.extra_metrics(trainer),
     }
-    atomic_write_json(Path(output) / METRICS_NAME, metrics)
+    atomic_write_json(Path(output) / METRICS_FILE, metrics)
     return strict_json(metrics)[0]

@@ -15,7 +15,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import WeMaskError
+from ..errors import WeMaskError, first_line
 from .distributed import apply_launcher_precision
 from .options import CLI_ONLY, DEFAULTS, KINDS, TrainOptions, given_options
 from .recipe import Recipe, read_recipe, recipe_path
@@ -116,16 +116,22 @@ def coerce_trl_value(parser, recipe: Recipe, key: str, value):
     for action in parser._actions:
         if action.dest == key and action.type is not None and not isinstance(action, argparse._StoreFalseAction):
             try:
-                if isinstance(value, list):
-                    return [action.type(v) if isinstance(v, str) else v for v in value]
-                if isinstance(value, str):
-                    converted = action.type(value)
-                    if key in recipe.quoted and isinstance(converted, (int, float)):
-                        raise WeMaskError(f"{recipe.where(key)}: {key} must be a number, not the text {value!r}: write it without quotes")
-                    return converted
+                return _converted(action.type, recipe, key, value)
             except (TypeError, ValueError):
                 raise WeMaskError(f"{recipe.where(key)}: {key}: {value!r} is not a valid value") from None
     return value
+
+
+def _converted(convert, recipe: Recipe, key: str, value):
+    """`value` through the field's argparse type (strings, and the strings of a list); a quoted number is refused."""
+    if isinstance(value, list):
+        return [convert(v) if isinstance(v, str) else v for v in value]
+    if not isinstance(value, str):
+        return value
+    converted = convert(value)
+    if key in recipe.quoted and isinstance(converted, (int, float)):
+        raise WeMaskError(f"{recipe.where(key)}: {key} must be a number, not the text {value!r}: write it without quotes")
+    return converted
 
 
 def hardware_defaults(config_class) -> dict:
@@ -152,15 +158,15 @@ def resolve_ours(stage, options: TrainOptions, recipe: Recipe, trl_fields: set) 
     remedies = intervention_options()
     ours = {**DEFAULTS, **stage.option_defaults, **dict.fromkeys(remedies)}
     kinds = {**KINDS, **stage.option_kinds, **{key: (int, float) if kind is float else kind for key, kind in remedies.items()}}
+    cli_only = sorted(set(recipe.values) & set(CLI_ONLY))  # --config too (a TrainOptions flag, never a recipe key)
+    if cli_only:
+        raise WeMaskError(f"{recipe.where(cli_only[0])}: {cli_only} can only be given on the command line")
     unknown = sorted(set(recipe.values) - set(ours) - trl_fields)
     if unknown:
         raise WeMaskError(
             f"{recipe.where(unknown[0])}: unknown key(s) {unknown}: neither wemask options "
             f"({', '.join(sorted(set(ours) - set(CLI_ONLY)))}) nor fields of TRL's {stage.config_class().__name__}"
         )
-    cli_only = sorted(set(recipe.values) & set(CLI_ONLY))
-    if cli_only:
-        raise WeMaskError(f"{recipe.where(cli_only[0])}: {cli_only} can only be given on the command line")
     resolved, source = dict(ours), {key: "default" for key in ours}
     for key, value in recipe.values.items():
         if key in ours:
@@ -219,8 +225,7 @@ def resolve(stage, options: TrainOptions, extra_args: list[str]) -> Resolved:
     try:
         (args,) = parser.parse_dict(trl_values)
     except (ValueError, TypeError) as err:
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise WeMaskError(f"wemask {stage.name}: invalid TRL setting for {config_class.__name__}: {reason}") from None
+        raise WeMaskError(f"wemask {stage.name}: invalid TRL setting for {config_class.__name__}: {first_line(err)}") from None
     default_eval_data(resolved, source, args.eval_strategy)
     mask = MaskRequest.parse(
         mask_rate=resolved["mask_rate"], me_layer=resolved["me_layer"], select=resolved["select"], layers=resolved["layers"],

@@ -21,7 +21,7 @@ from ..method.config import WeMaskConfig
 from ..outputs import check_inputs_outside, describe_os_error
 from ..progress import say
 from . import fsdp
-from .checkpoints import PREFIX, barrier, checkpoint_problem, checkpoints, claim_run_folder
+from .checkpoints import PREFIX, TRAINER_STATE, barrier, checkpoint_problem, checkpoints, claim_run_folder
 from .distributed import check_quantized_sharding, run_facts
 from .options import TrainOptions, check_options
 from .resolve import resolve
@@ -46,12 +46,12 @@ def load_inputs(stage: Stage, opts: dict, args):
 
     with args.main_process_first(desc="loading data"):
         train_dataset, fmt = load_training_data(
-            stage.name, opts["dataset"], split=opts["dataset_split"], config=opts["dataset_config"], columns=opts["dataset_columns"]
+            stage.spec.data, opts["dataset"], split=opts["dataset_split"], config=opts["dataset_config"], columns=opts["dataset_columns"]
         )
         eval_dataset = None
         if opts["eval_dataset"]:
             eval_dataset, _ = load_training_data(
-                stage.name, opts["eval_dataset"], split=opts["eval_split"], config=opts["dataset_config"],
+                stage.spec.data, opts["eval_dataset"], split=opts["eval_split"], config=opts["dataset_config"],
                 columns=opts["dataset_columns"], what="--eval-dataset",
             )
     say(f"{stage.name}: {len(train_dataset)} examples ({fmt.name}) from {opts['dataset']}")
@@ -154,6 +154,7 @@ def run(stage: Stage, options: TrainOptions, extra_args: list[str] = (), callbac
 
 def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None, callbacks: list) -> RunResult:
     """The run once the folder is claimed. Long, as the steps of one run read best in order."""
+    from ..data import content_sha256
     from ..interventions import load_saved
     from .callbacks import (
         CheckpointRecordCallback,
@@ -177,6 +178,7 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
     warn_schedule_change(resume_from, args)
     record = RunRecord(stage, resolved, resume_from)
     record.source, record.data_format = loaded.source, fmt.name
+    record.data_sha256 = content_sha256(opts["dataset"])
     interrupt, divergence = Interrupt(), StopOnNonFinite()
     ctx = TrainContext(
         options=opts, args=args, loaded=loaded, train_dataset=train_dataset, eval_dataset=eval_dataset,
@@ -233,4 +235,4 @@ def _resumed_step(resume_from: str | None) -> int:
         return 0
     import json
 
-    return int(json.loads((Path(resume_from) / "trainer_state.json").read_text()).get("global_step") or 0)
+    return int(json.loads((Path(resume_from) / TRAINER_STATE).read_text()).get("global_step") or 0)

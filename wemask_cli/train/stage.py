@@ -1,8 +1,9 @@
-"""The `Stage` base class: how one training command (sft, dpo, grpo) plugs into the shared run (run.py).
+"""The `Stage` base class: how one training command (sft, dpo, grpo, a plugin's) plugs into the shared run (run.py).
 
-A stage is an object with per-instance state: `check` runs before anything loads, `build_trainer(ctx)` builds the
-TRL trainer, `install(trainer, ctx)` puts the interventions on the trained model (and on a reference model where
-the stage has one), `extra_metrics(trainer)` adds keys to metrics.json. Subclasses: sft.SFTStage, dpo.DPOStage,
+A stage is an object with per-instance state, declared by its `spec` (stages.StageSpec: name, data, own flags,
+reference policy): `check` runs before anything loads, `build_trainer(ctx)` builds the TRL trainer, `install(trainer,
+ctx)` puts the interventions on the trained model (and, per the spec's reference policy, on the reference model:
+reference.py), `extra_metrics(trainer)` adds keys to metrics.json. Subclasses: sft.SFTStage, dpo.DPOStage,
 grpo.GRPOStage.
 """
 
@@ -14,6 +15,8 @@ from typing import Any, ClassVar
 from ..errors import WeMaskError
 from ..method.config import WeMaskConfig
 from ..progress import say
+from .reference import Reference, check_ref_mask
+from .stages import StageSpec
 
 
 @dataclass
@@ -42,17 +45,33 @@ class TrainContext:
 
 
 class Stage:
-    """One training command. Subclasses set `name` and `trl_config` and implement `build_trainer`."""
+    """One training command. Subclasses set `spec` and implement `build_trainer`."""
 
-    name: ClassVar[str]  # "sft", "dpo", "grpo": also the data format family in wemask_cli.data.FORMATS
-    trl_config: ClassVar[str]  # the TRL config class whose fields pass through ("SFTConfig", ...)
-    option_defaults: ClassVar[dict] = {}  # the stage's own wemask options and their defaults (settable in a recipe)
-    option_kinds: ClassVar[dict] = {}  # their types, for recipe validation
+    spec: ClassVar[StageSpec]
     trl_defaults: ClassVar[dict] = {}  # stage defaults for TRL fields (below recipe and flags)
 
     def __init__(self) -> None:
         self.installation = None  # what install() put on the models (see install.py)
         self.dropped = 0  # training rows the trainer's preprocessing dropped (metrics.json: dropped_examples)
+        self.reference = Reference(self.spec.reference, self.spec.name) if self.spec.reference != "none" else None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def trl_config(self) -> str:
+        return self.spec.trl_config
+
+    @property
+    def option_defaults(self) -> dict:
+        """The stage's own wemask options and their defaults (settable in a recipe)."""
+        return {flag.dest: flag.default for flag in self.spec.all_flags()}
+
+    @property
+    def option_kinds(self) -> dict:
+        """Their types, for recipe validation."""
+        return {flag.dest: flag.kinds for flag in self.spec.all_flags()}
 
     def config_class(self) -> type:
         import trl
@@ -61,15 +80,18 @@ class Stage:
 
     def check(self, resolved) -> None:
         """Fail fast, before data or model load: `resolved` is resolve.Resolved (opts, args, mask)."""
+        if self.spec.reference == "choose":
+            check_ref_mask(resolved.opts)
 
     def build_trainer(self, ctx: TrainContext):
         raise NotImplementedError
 
     def install(self, trainer, ctx: TrainContext) -> WeMaskConfig:
-        """Put WeMask (and the other interventions) on the model TRL trains; returns the WeMask config with dims."""
+        """Put WeMask (and the other interventions) on the model TRL trains, and on its reference per the spec's
+        policy; returns the WeMask config with dims."""
         from .install import install_on_policy
 
-        self.installation = install_on_policy(trainer, ctx)
+        self.installation = self.reference.install(trainer, ctx) if self.reference else install_on_policy(trainer, ctx)
         return self.installation.wemask
 
     def extra_metrics(self, trainer) -> dict:

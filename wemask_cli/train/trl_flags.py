@@ -16,10 +16,10 @@ from pathlib import Path
 
 from ..errors import WeMaskError
 
-SOURCES = {  # stage -> (module file, class) chain, most derived first
-    "sft": [("trl", "trainer/sft_config.py", "SFTConfig")],
-    "dpo": [("trl", "trainer/dpo_config.py", "DPOConfig")],
-    "grpo": [("trl", "trainer/grpo_config.py", "GRPOConfig")],
+SOURCES = {  # TRL config class -> (package, module file, class) chain, most derived first
+    "SFTConfig": [("trl", "trainer/sft_config.py", "SFTConfig")],
+    "DPOConfig": [("trl", "trainer/dpo_config.py", "DPOConfig")],
+    "GRPOConfig": [("trl", "trainer/grpo_config.py", "GRPOConfig")],
 }
 BASES = [("trl", "trainer/base_config.py", "_BaseConfig"), ("transformers", "training_args.py", "TrainingArguments")]
 
@@ -49,11 +49,14 @@ def class_fields(path: Path, name: str) -> dict[str, bool]:
 
 
 @cache
-def trl_flags(stage: str) -> frozenset[str] | None:
-    """Every spelling HfArgumentParser accepts for the stage's config class ('--learning_rate', '--learning-rate',
-    '--no_bf16' for a field defaulting to True); None when a source file cannot be found (then TRL decides)."""
+def trl_flags(config: str) -> frozenset[str] | None:
+    """Every spelling HfArgumentParser accepts for the TRL config class named `config` ('--learning_rate',
+    '--learning-rate', '--no_bf16' for a field defaulting to True); None when its source file cannot be found or
+    the class is not in SOURCES (then TRL decides)."""
+    if config not in SOURCES:
+        return None
     flags: set[str] = set()
-    for package, relative, name in SOURCES[stage] + BASES:
+    for package, relative, name in SOURCES[config] + BASES:
         path = package_file(package, relative)
         if path is None:
             return None
@@ -63,9 +66,10 @@ def trl_flags(stage: str) -> frozenset[str] | None:
     return frozenset(flags)
 
 
-def check_extra_args(args: list[str], stage: str, own_flags: list[str]) -> None:
-    """Refuse a flag that is neither wemask's nor TRL's, with the closest spellings; values are not checked here."""
-    known = trl_flags(stage)
+def check_extra_args(args: list[str], stage: str, config: str, own_flags: list[str]) -> None:
+    """Refuse a flag that is neither wemask's nor TRL's `config` class's, with the closest spellings; values are not
+    checked here."""
+    known = trl_flags(config)
     if known is None:
         return
     for token in args:
@@ -75,6 +79,6 @@ def check_extra_args(args: list[str], stage: str, own_flags: list[str]) -> None:
         close = difflib.get_close_matches(flag, [*own_flags, *(f for f in known if "_" not in f)], n=3, cutoff=0.75)
         hint = f" (did you mean {' or '.join(close)}?)" if close else ""
         raise WeMaskError(
-            f"No such option: {flag}{hint}; it is neither wemask's nor TRL's {SOURCES[stage][0][2]}: "
+            f"No such option: {flag}{hint}; it is neither wemask's nor TRL's {config}: "
             f"see 'wemask {stage} --help' and --help-trl"
         )

@@ -2,8 +2,8 @@
 vLLM engine that TRL builds, whose weights TRL refreshes from the trained model before each step's rollouts
 (LoRA merged, then unmerged, as TRL does).
 
-`colocated_engine(dtype)` wraps the construction of TRL's GRPOTrainer; `mask_rollouts(trainer, config)` installs
-the WeMask config on the engine TRL built (the same mask as a tensor op on `positions == 0`, see .mask). The loss,
+`colocated_engine(dtype, masked=...)` wraps the construction of TRL's GRPOTrainer; `mask_rollouts(trainer, config)`
+installs the WeMask config on the engine TRL built (the same mask as a tensor op on `positions == 0`, see .mask). The loss,
 old-policy and reference passes stay on the hooked transformers model, and TRL's importance-sampling correction
 stays on: it compares the two on the same (masked) tokens.
 
@@ -14,9 +14,12 @@ Platform workarounds, active only while TRL builds its engine (tests/test_grpo_v
   copy (the LM head keeps its weight but computes with a packed one). The engine built here keeps every 2-D
   linear weight and computes with `torch.nn.functional.linear` on it, so each sync is what the next rollout uses.
 - TRL passes vLLM no dtype (vLLM turns a float32 model into bfloat16) and no `enforce_eager`: without mixed
-  precision the engine gets the trained model's dtype (with --bf16/--fp16, vLLM's choice), and eager mode on CPU. In-process engine defaults: VLLM_ENABLE_V1_MULTIPROCESSING=0 (the
-  mask is installed on the model object), VLLM_CPU_KVCACHE_SPACE=2 (GiB) unless set.
-- vLLM-CPU replaces `torch.set_num_threads` for the whole process while starting; it is given back.
+  precision the engine gets the trained model's dtype (with --bf16/--fp16, vLLM's choice), and eager mode on CPU.
+  In-process engine defaults: VLLM_ENABLE_V1_MULTIPROCESSING=0 (the mask is installed on the model object),
+  VLLM_CPU_KVCACHE_SPACE=2 (GiB) unless set.
+- vLLM-CPU replaces `torch.set_num_threads` for the whole process while starting, and TRL leaves RANK, WORLD_SIZE,
+  MASTER_ADDR... set for vLLM's launcher (the next trainer of the process would think it runs distributed): both
+  are given back once the trainer is built.
 - TRL 1.16 warns that it supports vLLM 0.22-0.31; the calls it makes in colocate mode (LLM, generate with
   processed logprobs, load_weights, reset_prefix_cache) are exercised with vLLM 0.32 by the tests, so that one
   warning is silenced for the 0.32 series only.

@@ -1,0 +1,81 @@
+"""A trainer stage from outside the package (tests/toy_stage.py), registered only through the `wemask.stages`
+entry point group (a dist-info folder on the path, as installing a plugin package leaves): it is a `wemask`
+command with its own flag, answers `--help` without torch, trains end to end with the usual run records, and
+`wemask report` reads it. Nothing inside wemask_cli names it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_startup import RUN_BLOCKED
+
+TESTS = Path(__file__).parent
+DATA = str(TESTS.parent / "data" / "sft_chat.jsonl")
+
+
+@pytest.fixture
+def plugin_path(tmp_path) -> str:
+    """A PYTHONPATH on which importlib.metadata finds a distribution declaring toy-sft = toy_stage:STAGE."""
+    info = tmp_path / "site" / "toy_stage_plugin-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-stage-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[wemask.stages]\ntoy-sft = toy_stage:STAGE\n")
+    return os.pathsep.join([str(info.parent), str(TESTS)])
+
+
+def wemask(pythonpath: str, *args: str, torch_blocked: bool = False, cwd=None) -> subprocess.CompletedProcess:
+    code = RUN_BLOCKED if torch_blocked else "from wemask_cli.cli import main; import sys; sys.argv[0] = 'wemask'; main()"
+    env = {**os.environ, "PYTHONPATH": pythonpath, "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
+
+
+def test_plugin_stage_is_a_command_whose_help_needs_no_torch(plugin_path):
+    listing = wemask(plugin_path, "--help", torch_blocked=True)
+    assert listing.returncode == 0 and "toy-sft" in listing.stdout and "Toy supervised fine-tuning" in listing.stdout, listing.stderr
+    own = wemask(plugin_path, "toy-sft", "--help", torch_blocked=True)
+    assert own.returncode == 0 and "--toy-note" in own.stdout and "--mask-rate" in own.stdout, own.stderr
+    typo = wemask(plugin_path, "toy-sft", "--toy-notes", "x", torch_blocked=True)  # TRL's SFTConfig flags known too
+    assert typo.returncode == 2 and "No such option: --toy-notes (did you mean --toy-note?)" in typo.stderr, typo.stderr
+    assert "toy-sft" not in wemask(os.pathsep.join([str(TESTS)]), "--help", torch_blocked=True).stdout
+
+
+def test_plugin_stage_trains_writes_its_records_and_reports(plugin_path, tmp_path, tiny_model_dir):
+    out = tmp_path / "toy"
+    done = wemask(
+        plugin_path, "toy-sft", "--model", tiny_model_dir, "--dataset", DATA, "-o", str(out), "--mask-rate", "0.5",
+        "--me-layer", "1", "--toy-note", "hello", "--max-steps", "2", "--max-length", "64", "--per-device-train-batch-size", "2",
+        "--save-strategy", "no", "--report-to", "none",
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    record = json.loads((out / "wemask_run.json").read_text())
+    assert metrics["stage"] == "toy-sft" and metrics["global_step"] == 2 and metrics["mask_rate"] == 0.5
+    assert metrics["toy_note"] == "hello" and record["options"]["toy_note"] == "hello"
+    assert record["set_by"]["wemask"]["toy_note"] == "flag" and record["data_format"] == "messages"
+    assert json.loads((out / "wemask_config.json").read_text())["mask_rate"] == 0.5
+    rows_file = tmp_path / "rows.json"
+    report = wemask(plugin_path, "report", str(out), "--no-plot", "--json", str(rows_file))
+    assert report.returncode == 0, report.stderr
+    rows = json.loads(rows_file.read_text())
+    assert any(row["stage"] == "toy-sft" and row["metric"] == "final_loss" for row in rows), rows
+
+
+def test_plugin_stage_option_from_a_recipe(tmp_path):
+    """The stage's own option is a recipe key too, typed by its declaration."""
+    from toy_stage import ToySFTStage
+
+    from wemask_cli.train.options import TrainOptions
+    from wemask_cli.train.resolve import resolve
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"dataset: {DATA}\ntoy_note: from-recipe\n")
+    resolved = resolve(ToySFTStage(), TrainOptions(config=str(recipe), output_dir=str(tmp_path / "o")), [])
+    assert resolved.opts["toy_note"] == "from-recipe" and resolved.provenance["wemask"]["toy_note"] == "recipe"
+    recipe.write_text(f"dataset: {DATA}\ntoy_note: [1, 2]\n")
+    with pytest.raises(Exception, match="toy_note"):
+        resolve(ToySFTStage(), TrainOptions(config=str(recipe), output_dir=str(tmp_path / "o")), [])
