@@ -16,7 +16,7 @@ from conftest import make_tiny_model
 from safetensors.torch import load_file
 from test_startup import RUN_BLOCKED
 
-from wemask_cli.interventions import INTERVENTIONS_FILE, WEIGHTS_FILE, configs_from_options, flag_specs, install_all
+from wemask_cli.interventions import INTERVENTIONS_FILE, WEIGHTS_FILE, configs_from_options, flag_specs, install_all, kinds
 from wemask_cli.interventions.registry import KINDS
 
 TESTS = Path(__file__).resolve().parent
@@ -44,6 +44,7 @@ def wemask(site: Path | None, *args: str, blocked: bool = False) -> subprocess.C
 def toy(monkeypatch):
     """tests/toy_scale_norm.py imported afresh in this process (registers `scale_norm`); the registry restored after."""
     monkeypatch.delitem(sys.modules, "toy_scale_norm", raising=False)
+    kinds()  # the built-in kinds registered first, in the registry that is restored after
     monkeypatch.setattr("wemask_cli.interventions.registry.KINDS", dict(KINDS))
     import toy_scale_norm
 
@@ -68,8 +69,6 @@ def test_a_toy_kind_gets_flags_from_its_fields_and_starts_as_the_identity(toy):
 
 
 def test_builtin_flags_and_their_defaults_come_from_the_config_fields():
-    from wemask_cli.interventions import kinds
-
     for cls in kinds().values():
         instance = None if cls.kind == "wemask" else cls()
         for spec in cls.flags()[1:]:  # the main flag turns the kind on; the others set one field each

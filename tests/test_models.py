@@ -98,3 +98,13 @@ def test_corrupt_weights_are_one_clear_error(tiny_model_dir, tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"\x00" * 64)
     with pytest.raises(WeMaskError, match=r"^could not load model .*\(.+\)"):
         load_model(str(tmp_path))
+
+
+def test_first_line_of_an_error_is_its_first_line_cut_or_its_type():
+    """errors.first_line serves every one-line error (models, data readers, checkpoints, recipes, TRL settings,
+    lm-eval); once, checkpoints' copy raised IndexError on an exception with no message."""
+    from wemask_cli.errors import first_line
+
+    assert first_line(ValueError("  bad value\nsecond line")) == "bad value"
+    assert first_line(OSError("x" * 500)) == "x" * 300 and first_line(OSError("abcdef"), 3) == "abc"
+    assert first_line(OSError()) == "OSError" and first_line(RuntimeError(" \n ")) == "RuntimeError"

@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers
 from safetensors import safe_open
-from test_train_interventions import DATA, TRL, StopAt2, gate_weights, sft
+from test_train_interventions import DATA, StopAt2, gate_weights, sft
 from transformers import AutoModelForCausalLM
 
 from wemask_cli.interventions import load_saved

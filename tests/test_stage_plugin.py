@@ -18,14 +18,18 @@ TESTS = Path(__file__).parent
 DATA = str(TESTS.parent / "data" / "sft_chat.jsonl")
 
 
-@pytest.fixture
-def plugin_path(tmp_path) -> str:
-    """A PYTHONPATH on which importlib.metadata finds a distribution declaring toy-sft = toy_stage:STAGE."""
+def declaring(tmp_path, entry: str) -> str:
+    """A PYTHONPATH on which importlib.metadata finds a distribution declaring `entry` in `wemask.stages`."""
     info = tmp_path / "site" / "toy_stage_plugin-0.1.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-stage-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[wemask.stages]\ntoy-sft = toy_stage:STAGE\n")
+    (info / "entry_points.txt").write_text(f"[wemask.stages]\n{entry}\n")
     return os.pathsep.join([str(info.parent), str(TESTS)])
+
+
+@pytest.fixture
+def plugin_path(tmp_path) -> str:
+    return declaring(tmp_path, "toy-sft = toy_stage:STAGE")
 
 
 def wemask(pythonpath: str, *args: str, torch_blocked: bool = False, cwd=None) -> subprocess.CompletedProcess:
@@ -42,6 +46,21 @@ def test_plugin_stage_is_a_command_whose_help_needs_no_torch(plugin_path):
     typo = wemask(plugin_path, "toy-sft", "--toy-notes", "x", torch_blocked=True)  # TRL's SFTConfig flags known too
     assert typo.returncode == 2 and "No such option: --toy-notes (did you mean --toy-note?)" in typo.stderr, typo.stderr
     assert "toy-sft" not in wemask(os.pathsep.join([str(TESTS)]), "--help", torch_blocked=True).stdout
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ("bad = no_such_module:STAGE", "cannot be loaded: No module named 'no_such_module'"),
+        ("bad = toy_stage:ToySFTStage", "is not a StageSpec"),
+        ("sft = wemask_cli.train.sft:STAGE", "takes the name 'sft' of a built-in stage"),
+    ],
+    ids=("missing", "not-a-spec", "built-in-name"),
+)
+def test_a_broken_plugin_is_one_warning_and_the_rest_works(tmp_path, entry, message):
+    done = wemask(declaring(tmp_path, entry), "--help", torch_blocked=True)
+    assert done.returncode == 0 and " sft " in done.stdout and "toy-sft" not in done.stdout, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("wemask: warning: the trainer stage plugin") and message in done.stderr
 
 
 def test_plugin_stage_trains_writes_its_records_and_reports(plugin_path, tmp_path, tiny_model_dir):

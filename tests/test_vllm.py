@@ -143,6 +143,18 @@ def test_mask_is_a_tensor_op_on_positions_zero():
     assert all(torch.equal(layer.self_attn(positions=positions, hidden_states=hidden), hidden) for layer in model.model.layers)
 
 
+def test_eager_model_carries_the_mask_on_masked_layers_only():
+    """enforce_eager (do_not_compile): unmasked layers keep vLLM's own class, and r = 0 leaves none."""
+    from wemask_cli.engines.vllm import install_wemask
+
+    model = LlamaForCausalLM()
+    model.model.do_not_compile = True
+    install_wemask(model, WeMaskConfig(mask_rate=0.5, me_layer=2))
+    assert [type(layer.self_attn).__name__ for layer in model.model.layers] == ["EchoAttention"] * 2 + ["WeMaskedEchoAttention"]
+    install_wemask(model, WeMaskConfig(mask_rate=0.0))
+    assert {type(layer.self_attn) for layer in model.model.layers} == {EchoAttention}
+
+
 def test_install_after_compile_on_an_unarmed_model_is_refused():
     """A graph compiled before arming never runs the mask: refused, not silently ignored."""
     from wemask_cli.engines.vllm import VllmEngineError, install_wemask

@@ -225,6 +225,25 @@ def hidden_size(spec: str | None) -> int | None:
     return getattr(config.get_text_config(), "hidden_size", None)
 
 
+def from_pretrained_options(weights_from: str, torch_dtype, quantization: str | None, pretrained: dict | None):
+    """(the tokenizer's hub options, the model's from_pretrained keyword arguments) for load_model."""
+    options = {k: v for k, v in (pretrained or {}).items() if v is not None}
+    quant = quantization_config(quantization, options.pop("quant_type", "nf4"), options.pop("nested", True))
+    hub = {k: options.pop(k) for k in ("revision", "trust_remote_code") if k in options}
+    kwargs = {"dtype": torch_dtype, **hub, **options}
+    if hub.get("trust_remote_code"):
+        progress.warn(f"--trust-remote-code: running the Python code that {weights_from} ships (only for sources you trust)")
+    if quant is not None:
+        kwargs.update(quantization_config=quant, device_map=quantized_device_map())
+        if quantization == "4bit" and not torch.cuda.is_available():
+            import bitsandbytes  # noqa: F401  (its CPU back-end decides the kernel when imported)
+
+            from .kernel_notice import four_bit_kernel_line
+
+            progress.say(four_bit_kernel_line())
+    return hub, kwargs
+
+
 def load_model(
     spec: str | None = None,
     dtype: str = "auto",
@@ -241,8 +260,6 @@ def load_model(
     A causal language model only (one line otherwise). With `interventions`, the saved interventions other than
     WeMask (GatedNorm, PreAffine, ...) are installed with their weights; trainers pass False and install them.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     source = resolve_source(spec)
     torch_dtype = resolve_dtype(dtype)
     adapter = Path(source) / ADAPTER_CONFIG_FILE
@@ -254,31 +271,10 @@ def load_model(
         weights_from = resolve_source(base)
     saved = saved_run(source)  # its intervention weights and adapter are checked before the model's are read
     require_finite_file(Path(source) / ADAPTER_WEIGHTS_FILE)
-    options = {k: v for k, v in (pretrained or {}).items() if v is not None}
-    quant = quantization_config(quantization, options.pop("quant_type", "nf4"), options.pop("nested", True))
-    hub = {k: options.pop(k) for k in ("revision", "trust_remote_code") if k in options}
-    kwargs = {"dtype": torch_dtype, **hub, **options}
-    if hub.get("trust_remote_code"):
-        progress.warn(f"--trust-remote-code: running the Python code that {weights_from} ships (only for sources you trust)")
-    if quant is not None:
-        kwargs.update(quantization_config=quant, device_map=quantized_device_map())
-        if quantization == "4bit" and not torch.cuda.is_available():
-            import bitsandbytes  # noqa: F401  (its CPU back-end decides the kernel when imported)
-
-            from .kernel_notice import four_bit_kernel_line
-
-            progress.say(four_bit_kernel_line())
-    try:
-        tokenizer_from = source if (Path(source) / "tokenizer_config.json").is_file() else weights_from
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_from, **hub)
-        model = AutoModelForCausalLM.from_pretrained(weights_from, **kwargs)
-    except (*LOAD_ERRORS, RuntimeError) as err:
-        if isinstance(err, RuntimeError) and "ignore_mismatched_sizes" not in str(err):
-            raise  # of RuntimeErrors only transformers' "the weights do not fit config.json" is the user's files
-        raise WeMaskError(
-            f"could not load model {spec!r} ({first_line(err)}); a hub id needs network access (or a filled HF cache): "
-            "pass a local model directory or .gguf file, or omit --model for the embedded SmolLM2-135M-Instruct"
-        ) from None
+    hub, kwargs = from_pretrained_options(weights_from, torch_dtype, quantization, pretrained)
+    quant = kwargs.get("quantization_config")
+    tokenizer_from = source if (Path(source) / "tokenizer_config.json").is_file() else weights_from
+    tokenizer, model = load_tokenizer_and_model(spec, tokenizer_from, weights_from, hub, kwargs)
     require_finite_model(model, weights_from)
     if adapter.is_file():
         from peft import PeftModel
@@ -296,6 +292,21 @@ def load_model(
         loaded.installed = loaded.saved.install(model, include_wemask=False)
         progress.say(f"Applying the interventions saved with {source}: {'; '.join(loaded.installed.describe())}")
     return loaded
+
+
+def load_tokenizer_and_model(spec: str | None, tokenizer_from: str, weights_from: str, hub: dict, kwargs: dict):
+    """(tokenizer, model) by transformers; missing or bad files, or no network: one line (other errors are bugs)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(tokenizer_from, **hub), AutoModelForCausalLM.from_pretrained(weights_from, **kwargs)
+    except (*LOAD_ERRORS, RuntimeError) as err:
+        if isinstance(err, RuntimeError) and "ignore_mismatched_sizes" not in str(err):
+            raise  # of RuntimeErrors only transformers' "the weights do not fit config.json" is the user's files
+        raise WeMaskError(
+            f"could not load model {spec!r} ({first_line(err)}); a hub id needs network access (or a filled HF cache): "
+            "pass a local model directory or .gguf file, or omit --model for the embedded SmolLM2-135M-Instruct"
+        ) from None
 
 
 def saved_run(source: str) -> SavedRun | None:

@@ -1,4 +1,5 @@
-"""`wemask sft`, `wemask dpo`, `wemask grpo`: shared training flags, each stage's own, TRL's passing through."""
+"""`wemask sft`, `wemask dpo`, `wemask grpo` and every other registered trainer stage (train/stages.py): shared
+training flags, each stage's own (declared by the stage), TRL's passing through."""
 
 from __future__ import annotations
 
@@ -78,6 +79,12 @@ def stage_option(flag) -> object:
     return Annotated[Optional[flag.type], typer.Option(flag.flag, help=flag.help)]
 
 
+def one_line_paragraphs(text: str) -> str:
+    """Help text with each paragraph on one line, so the terminal wraps it (typer keeps the source's line breaks)."""
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(" ".join(line.strip() for line in paragraph.splitlines()) for paragraph in paragraphs)
+
+
 def training_command(app: typer.Typer, spec) -> None:
     """Register `wemask STAGE` from its declaration (stages.StageSpec): the shared training flags, the stage's own
     flags, and TRL's passing through. The stage's class is imported only when the command runs."""
@@ -91,7 +98,6 @@ def training_command(app: typer.Typer, spec) -> None:
         from ..train.trl_flags import check_extra_args
 
         check_extra_args(ctx.args, spec.name, spec.trl_config, [name for param in ctx.command.params for name in (*param.opts, *param.secondary_opts)])
-        from ..train.options import TrainOptions
         from ..train.resolve import trl_help
         from ..train.run import run
 
@@ -113,7 +119,7 @@ def training_command(app: typer.Typer, spec) -> None:
         + [inspect.Parameter(name, keyword, default=None, annotation=flag) for name, flag in flags.items()]
         + [inspect.Parameter("help_trl", keyword, default=False, annotation=HelpTrlOpt)]
     )
-    command.__doc__ = spec.help
+    command.__doc__ = one_line_paragraphs(spec.help)
     app.command(spec.name, cls=TrlSpellingCommand, context_settings=TRAIN_CONTEXT, epilog=TRAIN_EPILOG)(command)
 
 
@@ -126,8 +132,16 @@ class TrlSpellingCommand(TyperCommand):
 
 
 def register(app: typer.Typer) -> None:
-    """A command per trainer stage in the registry (train/stages.py): the built-in ones and the plugins'."""
-    from ..train.stages import stage_specs
+    """A command per trainer stage in the registry (train/stages.py): the built-in ones and the plugins'. A broken
+    plugin is one warning line, and the other commands still work."""
+    from ..errors import WeMaskError
+    from ..progress import warn
+    from ..train.stages import builtin_specs, stage_specs
 
-    for spec in stage_specs().values():
+    try:
+        specs = stage_specs()
+    except WeMaskError as err:
+        warn(f"{err} (plugin stages left out)")
+        specs = builtin_specs()
+    for spec in specs.values():
         training_command(app, spec)

@@ -16,7 +16,8 @@ other packages register through the entry-point group `wemask.interventions` (se
 
 from __future__ import annotations
 
-from .base import Active, FlagSpec, Installed, Intervention, InterventionConfigError, flag
+from .base import Active, FlagSpec, Installed, Intervention, InterventionConfigError
+from .flags import flag
 from .installation import Installation, install_all
 from .registry import config_from_dict, configs_from_options, flag_specs, kinds, register
 from .saved import INTERVENTIONS_FILE, WEIGHTS_FILE, SavedRun, load_saved, save_configs, save_interventions

@@ -8,45 +8,14 @@ from __future__ import annotations
 import typing
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, ClassVar
 
-from ..errors import WeMaskError
+from .flags import FlagSpec, InterventionConfigError, extras_without_main, off, option_value
 
 Active = Callable[[], bool]
 """A zero-argument predicate asked on every forward; while it returns False an installed intervention acts as
 the identity (e.g. DPO's reference pass with `--ref-mask none`, or a PEFT model with its adapter disabled)."""
-
-
-class InterventionConfigError(WeMaskError, ValueError):
-    """An invalid intervention setting or saved record; one line on the CLI, a ValueError for API users."""
-
-
-@dataclass(frozen=True)
-class FlagSpec:
-    """A command-line flag an intervention declares, torch-free, so any CLI or trainer can expose it generically.
-
-    `dest` is the options-dict key `from_options` reads (the flag without dashes, '-' -> '_'). `type` is
-    str, int, float or bool (bool: a switch without a value). `choices`: allowed values for str flags.
-    """
-
-    name: str
-    type: type
-    help: str
-    default: Any = None
-    choices: tuple[str, ...] | None = None
-
-    @property
-    def dest(self) -> str:
-        return self.name.lstrip("-").replace("-", "_")
-
-
-def flag(default: Any, help: str, *, choices: tuple[str, ...] | None = None, main: bool = False) -> Any:
-    """A config field that is also a command-line flag (PEFT's `field(metadata={"help": ...})` style).
-
-    The flag is `--<kind>-<field>` (`--gated-norm-rank`), or `--<kind>` for the one `main` field, whose value turns
-    the intervention on (`--gated-norm both`). The field's default is the flag's default, shown in the help."""
-    return field(default=default, metadata={"help": help, "choices": tuple(choices) if choices else None, "main": main})
 
 
 @dataclass
@@ -54,7 +23,7 @@ class Intervention:
     """Base class of intervention configs. Subclasses are dataclasses and set the class variables below.
 
     kind: the registry key and JSON "kind". has_parameters: whether install() adds trainable parameters
-    (saved as safetensors). Flags come from the fields declared with `flag(...)`; a kind with no `main` field
+    (saved as safetensors). Flags come from the fields declared with `flags.flag(...)`; a kind with no `main` field
     sets `switch` (the help of a `--<kind>` on/off flag). A kind with neither has no flags.
     """
 
@@ -107,8 +76,6 @@ class Intervention:
     def from_options(cls, options: dict) -> "Intervention | None":
         """The config that parsed options ask for (keys = FlagSpec.dest), or None when its main flag is not given
         (a sub-flag given alone is an error). Values may be strings (recipes); 'none', 'off', ... mean not given."""
-        from .common import extras_without_main, off, option_value
-
         specs = cls.flags()
         if not specs:
             return None

@@ -41,44 +41,6 @@ def check_rank_fits(rank: int, hidden_size: int, kind: str, flag: str) -> None:
         )
 
 
-def off(value) -> bool:
-    """Whether an option value means "not given" (None, False, or a string like 'none', 'off', 'false')."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("", "none", "off", "false", "no", "0")
-    return value is None or value is False
-
-
-def as_number(value, flag: str, kind: type):
-    """A whole (`kind` int) or real (float) option value; recipes and CLIs may hand over strings."""
-    try:
-        if isinstance(value, bool) or (kind is int and isinstance(value, float) and not value.is_integer()):
-            raise ValueError
-        return kind(value)
-    except (TypeError, ValueError):
-        raise InterventionConfigError(f"{flag} {value!r} is not {'a whole number' if kind is int else 'a number'}") from None
-
-
-def option_value(value, spec):
-    """An option value as its flag's type (`spec`: a FlagSpec); None when not given (the field's default applies)."""
-    if value is None:
-        return None
-    if spec.type is bool:
-        return not off(value)
-    if off(value):
-        return None
-    if spec.type in (int, float):
-        return as_number(value, spec.name, spec.type)
-    return str(value)
-
-
-def extras_without_main(options: dict, main: str, extras: dict) -> None:
-    """Refuse sub-flags (given with a non-default value) when the main flag is absent: --gated-norm-rank alone."""
-    given = [name for name, default in extras.items() if not off(options.get(name)) and str(options.get(name)) != str(default)]
-    if given:
-        flags = ", ".join("--" + name.replace("_", "-") for name in given)
-        raise InterventionConfigError(f"{flags} needs --{main.replace('_', '-')}")
-
-
 def norm_sites(model, layers: str, norms: str, kind: str):
     """(layer index, layer parts, 'attn' | 'ffn', that norm module) for every norm a remedy acts on."""
     from ..method.arch import resolve_layers

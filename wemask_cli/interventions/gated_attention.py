@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import WeMaskError
-from .base import Active, Installed, Intervention, flag
+from .base import Active, Installed, Intervention
 from .common import check_layers, check_rank, check_rank_fits, layer_indices
+from .flags import flag
 from .registry import register
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Active, Installed, Intervention, flag
+from .base import Active, Installed, Intervention
 from .common import NORM_SITES, check_layers, check_rank, check_rank_fits, check_sites, norm_sites
+from .flags import flag
 from .registry import register
 
 

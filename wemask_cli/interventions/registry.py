@@ -1,7 +1,7 @@
 """The registry of intervention kinds: JSON records and parsed options -> configs, torch-free.
 
 Adding an intervention = one module with a registered Intervention subclass whose fields carry their flags
-(`base.flag`): a module of this package listed in BUILTIN, or any installed module named under the entry-point
+(`flags.flag`): a module of this package listed in BUILTIN, or any installed module named under the entry-point
 group `wemask.interventions` (pyproject: `[project.entry-points."wemask.interventions"] my_kind = "my_pkg.my_kind"`),
 imported the first time the kinds are read. Trainers, infer and eval read `flag_specs()` and call
 `configs_from_options()`; they never name a kind.

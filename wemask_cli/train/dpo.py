@@ -19,7 +19,10 @@ STAGE = StageSpec(
     "dpo",
     """Preference tuning with TRL's DPOTrainer and WeMask (data: prompt/chosen/rejected | chosen/rejected with an implicit prompt, the HH-RLHF layout).
 
-    The reference model follows --ref-mask (see its help); full fine-tuning loads it from the model's path, LoRA uses the adapter-disabled policy. Outputs as in sft: wemask_config.json, wemask_run.json, metrics.json (with the first step's rewards). TRL's DPO options pass through: --beta, --loss-type, --max-length, --precompute-ref-log-probs, ...
+    The reference model follows --ref-mask (see its help); full fine-tuning loads it from the model's path, LoRA
+    uses the adapter-disabled policy. Outputs as in sft: wemask_config.json, wemask_run.json, metrics.json (with the
+    first step's rewards). TRL's DPO options pass through: --beta, --loss-type, --max-length,
+    --precompute-ref-log-probs, ...
     """,
     "wemask_cli.train.dpo:DPOStage",
     "DPOConfig",

@@ -195,6 +195,7 @@ class GRPOStage(Stage):
 
     def check(self, resolved) -> None:
         """Runs after the configuration is resolved and before data or model load."""
+        super().check(resolved)
         opts, args = resolved.opts, resolved.args
         opts["reward"] = reward_specs(opts.get("reward"))
         opts["chat_template"] = chat_template_choice(opts.get("chat_template"))

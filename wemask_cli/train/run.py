@@ -156,18 +156,11 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
     """The run once the folder is claimed. Long, as the steps of one run read best in order."""
     from ..data import content_sha256
     from ..interventions import load_saved
-    from .callbacks import (
-        CheckpointRecordCallback,
-        FinishedAtResume,
-        Interrupt,
-        SaveOnInterrupt,
-        StopOnNonFinite,
-        TrainingAlreadyDone,
-    )
+    from .callbacks import Interrupt, StopOnNonFinite, TrainingAlreadyDone
     from .checkpoints import warn_schedule_change
     from .install import lora_config
     from .records import RunRecord, write_metrics
-    from .steps import StepLines, plain_logs
+    from .steps import plain_logs
 
     opts, args = resolved.opts, resolved.args
     train_dataset, eval_dataset, fmt, loaded = load_inputs(stage, opts, args)
@@ -183,7 +176,7 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
     ctx = TrainContext(
         options=opts, args=args, loaded=loaded, train_dataset=train_dataset, eval_dataset=eval_dataset,
         data_format=fmt, peft_config=lora_config(opts, loaded.model), wemask=config,
-        callbacks=[*callbacks, *fsdp.callbacks(args), SaveOnInterrupt(interrupt), CheckpointRecordCallback(record, claim), divergence, FinishedAtResume(), StepLines()],
+        callbacks=run_callbacks(callbacks, args, interrupt, record, claim, divergence),
         remedies=remedies, remedy_weights=remedy_weights,
     )
     fsdp.shard_on_cpu(args)  # accelerate alone would run FSDP on the CPU as DDP
@@ -193,9 +186,7 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
     record.installation, record.distributed = stage.installation, run_facts(trainer, resolved)
     claim.clear()  # --overwrite: the previous output goes only now that data, model and trainer are all set up
     barrier(args)
-    say(f"WeMask {config.mode}: {config.describe()}" + (f"; resuming from {resume_from}" if resume_from else ""))
-    for remedy in remedies:
-        say(f"{remedy.describe()}" + (" (saved weights)" if remedy_weights else " (starting as the identity)"))
+    announce(config, remedies, bool(remedy_weights), resume_from)
 
     start = time.perf_counter()
     with interrupt, disk_errors(trainer, output):
@@ -204,19 +195,11 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
         except TrainingAlreadyDone:  # killed during the final save: the checkpoint is loaded, only the save is left
             say(f"--resume: {Path(resume_from).name} is the run's last step ({trainer.state.global_step}): saving the final model")
     seconds = time.perf_counter() - start
-    if divergence.diverged is not None:
-        step, why = divergence.diverged
-        good = next((p.name for p in checkpoints(output) if checkpoint_problem(p) is None), None)
-        kept = f"the last good checkpoint, {good}, is kept" if good else "no checkpoint was saved"
-        raise WeMaskError(f"training diverged at step {step}: {why}; stopped without saving the model ({kept}); try a lower --learning-rate")
-    if interrupt.stopped_at is not None:
-        checkpoint = str(output / f"{PREFIX}-{interrupt.stopped_at}")
-        say(f"interrupted: checkpoint saved to {checkpoint}; continue with the same command and --resume")
+    checkpoint = stopped_early(divergence, interrupt, output)
+    if checkpoint is not None:
         return RunResult(output, True, checkpoint, None, config, trainer, stage)
 
-    eval_metrics = {}
-    if eval_dataset is not None and str(getattr(args.eval_strategy, "value", args.eval_strategy)) == "no":
-        eval_metrics = trainer.evaluate()
+    eval_metrics = trainer.evaluate() if eval_dataset is not None and _eval_strategy(args) == "no" else {}  # else TRL's
     metrics = None
     with disk_errors(trainer, output), claim.writing():  # the manifest lists each file this save writes
         trainer.save_model(str(output))
@@ -228,6 +211,40 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
         say(f"saved to {output} (final loss {metrics['final_loss']}, {metrics['global_step']} steps)")
     barrier(args)
     return RunResult(output, False, None, metrics, config, trainer, stage)
+
+
+def announce(config: WeMaskConfig, remedies: list, saved_weights: bool, resume_from: str | None) -> None:
+    """What the run trains with, in a line per intervention."""
+    say(f"WeMask {config.mode}: {config.describe()}" + (f"; resuming from {resume_from}" if resume_from else ""))
+    for remedy in remedies:
+        say(f"{remedy.describe()}" + (" (saved weights)" if saved_weights else " (starting as the identity)"))
+
+
+def _eval_strategy(args) -> str:
+    return str(getattr(args.eval_strategy, "value", args.eval_strategy))
+
+
+def run_callbacks(callbacks: list, args, interrupt, record, claim, divergence) -> list:
+    """The trainer callbacks of a run: the caller's, FSDP's, then wemask's own (see callbacks.py)."""
+    from .callbacks import CheckpointRecordCallback, FinishedAtResume, SaveOnInterrupt
+    from .steps import StepLines
+
+    return [*callbacks, *fsdp.callbacks(args), SaveOnInterrupt(interrupt), CheckpointRecordCallback(record, claim), divergence,
+            FinishedAtResume(), StepLines()]
+
+
+def stopped_early(divergence, interrupt, output: Path) -> str | None:
+    """A diverged run is one error line; an interrupted one returns the checkpoint it saved; else None."""
+    if divergence.diverged is not None:
+        step, why = divergence.diverged
+        good = next((p.name for p in checkpoints(output) if checkpoint_problem(p) is None), None)
+        kept = f"the last good checkpoint, {good}, is kept" if good else "no checkpoint was saved"
+        raise WeMaskError(f"training diverged at step {step}: {why}; stopped without saving the model ({kept}); try a lower --learning-rate")
+    if interrupt.stopped_at is None:
+        return None
+    checkpoint = str(output / f"{PREFIX}-{interrupt.stopped_at}")
+    say(f"interrupted: checkpoint saved to {checkpoint}; continue with the same command and --resume")
+    return checkpoint
 
 
 def _resumed_step(resume_from: str | None) -> int:

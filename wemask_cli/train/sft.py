@@ -10,7 +10,9 @@ STAGE = StageSpec(
     "sft",
     """Supervised fine-tuning with TRL's SFTTrainer and WeMask (data: messages | prompt/completion | text).
 
-    Every checkpoint and the output directory carry wemask_config.json (mode and dims) and wemask_run.json (resolved settings, versions, seed); the output also gets metrics.json. `wemask infer --model OUTPUT_DIR` applies the recorded mask. Ctrl-C saves a checkpoint; --resume continues from it.
+    Every checkpoint and the output directory carry wemask_config.json (mode and dims) and wemask_run.json (resolved
+    settings, versions, seed); the output also gets metrics.json. `wemask infer --model OUTPUT_DIR` applies the
+    recorded mask. Ctrl-C saves a checkpoint; --resume continues from it.
     """,
     "wemask_cli.train.sft:SFTStage",
     "SFTConfig",

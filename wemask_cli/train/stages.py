@@ -94,9 +94,13 @@ def _plugin_specs() -> dict[str, StageSpec]:
     return _plugins
 
 
+def builtin_specs() -> dict[str, StageSpec]:
+    return {name: importlib.import_module(f".{name}", __package__).STAGE for name in BUILTIN}
+
+
 def stage_specs() -> dict[str, StageSpec]:
     """Every stage by name: the built-in ones, then the plugins' (a plugin cannot replace a built-in)."""
-    found = {name: importlib.import_module(f".{name}", __package__).STAGE for name in BUILTIN}
+    found = builtin_specs()
     for name, spec in _plugin_specs().items():
         if name in found:
             raise WeMaskError(f"the trainer stage plugin {spec.stage_class} takes the name {name!r} of a built-in stage: rename it")

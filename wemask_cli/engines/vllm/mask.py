@@ -6,8 +6,9 @@ Each decoder layer's attention module gets a subclass whose forward first comput
 
 and then runs the original forward. `wemask_keep` is a non-persistent buffer (1 - strength at the masked dims,
 1 elsewhere). vLLM has no padding and restarts `positions` at 0 for each sequence, so `positions == 0` is each
-sequence's first real token. The buffer is installed on every layer and later changes are written into it in
-place, so a graph compiled once keeps reading the current mask (x * 1 is exact: unmasked layers are untouched).
+sequence's first real token. In eager mode only the masked layers carry it (none at r = 0). When vLLM compiles the
+model, every layer carries it from before the compile (`arm`) and later changes are written into the buffers in
+place, so the graph compiled once keeps reading the current mask (x * 1 is exact: unmasked layers are untouched).
 
 The dims come from wemask_cli.method.mask.resolve_dims (the transformers engine's own selection), through
 LayerParts built for vLLM's layer layout (fused gate_up_proj). Imports torch only: vllm itself is not needed
@@ -106,30 +107,41 @@ def install_wemask(model: nn.Module, config: WeMaskConfig | None) -> InstalledMa
 
     Same dims, layers, strength and selector as the transformers hook; recorded `config.dims` are checked
     against the model and reused. `None` or an inactive config (r = 0) leaves the output exactly as without a
-    mask. Call it again at any time: on an armed model (see `arm`) the values are written in place, which a
-    graph vLLM already compiled keeps reading.
+    mask. Call it again at any time. An eager model carries the masked forward on its masked layers only (none
+    at r = 0); a model vLLM compiles keeps it on every layer (see `arm`) and gets the values in place, which
+    its compiled graph keeps reading.
     """
     config = config or WeMaskConfig()
     check_config(config)
     parts = vllm_layer_parts(model)
-    if not config.active:
+    layers = config.layer_indices(len(parts)) if config.active else []
+    dims = resolve_dims(config, parts, layers, None, model) if layers else {}
+    if compiles(model):
+        arm(model)
+    else:
         for part in parts:
-            if hasattr(part.attention, BUFFER):
-                getattr(part.attention, BUFFER).fill_(1.0)
-        return InstalledMask(config.with_updates(dims=None), [])
-    layers = config.layer_indices(len(parts))
-    dims = resolve_dims(config, parts, layers, None, model)
-    arm(model)
+            set_masked_forward(part, part.index in dims)
     for part in parts:
-        keep = getattr(part.attention, BUFFER)
-        keep.fill_(1.0)
-        if part.index in dims:
-            keep[torch.tensor(dims[part.index], dtype=torch.long, device=keep.device)] = 1.0 - float(config.strength)
-    return InstalledMask(config.with_updates(dims=dims), layers)
+        keep = getattr(part.attention, BUFFER, None)
+        if keep is not None:
+            keep.fill_(1.0)
+            if part.index in dims:
+                keep[torch.tensor(dims[part.index], dtype=torch.long, device=keep.device)] = 1.0 - float(config.strength)
+    return InstalledMask(config.with_updates(dims=dims or None), layers)
+
+
+def set_masked_forward(part: LayerParts, masked: bool) -> None:
+    """Give one layer's attention the masked forward (identity `keep` buffer), or its original class back."""
+    if masked and not hasattr(part.attention, BUFFER):
+        part.attention.register_buffer(BUFFER, torch.ones_like(part.attn_norm.weight), persistent=False)
+        part.attention.__class__ = masked_class(type(part.attention))
+    elif not masked and hasattr(part.attention, BUFFER):
+        part.attention.__class__ = type(part.attention).__mro__[1]
+        delattr(part.attention, BUFFER)
 
 
 def arm(model: nn.Module) -> None:
-    """Put the masked forward on every layer with an all-ones `keep` (output unchanged), once.
+    """Put the masked forward on every layer with an identity `keep` (output unchanged), before vLLM compiles.
 
     Refused on a model vLLM has already compiled: its graph would never run the new code, and the mask
     would be silently ignored.
@@ -144,9 +156,14 @@ def arm(model: nn.Module) -> None:
             "that carries its wemask_config.json, or pass enforce_eager=True"
         )
     for part in parts:
-        weight = part.attn_norm.weight
-        part.attention.register_buffer(BUFFER, torch.ones_like(weight), persistent=False)
-        part.attention.__class__ = masked_class(type(part.attention))
+        set_masked_forward(part, True)
+
+
+def compiles(model: nn.Module) -> bool:
+    """Whether vLLM compiles (or has compiled) `model`'s forward: not in eager mode (enforce_eager), where
+    support_torch_compile sets `do_not_compile`. A model without that flag counts as compiling (the safe side)."""
+    backbone = getattr(model, "model", None)
+    return is_compiled(model) or not getattr(backbone, "do_not_compile", False)
 
 
 def is_compiled(model: nn.Module) -> bool:
@@ -158,17 +175,16 @@ def is_compiled(model: nn.Module) -> bool:
 
 
 def remove_wemask(model: nn.Module) -> int:
-    """Take the mask out of a vLLM model (original classes, no buffer); returns how many layers had it.
+    """Take the mask out of an eager vLLM model (original classes, no buffer); returns how many layers had it.
 
-    Do not call it after vLLM compiled the model (the compiled graph keeps the masked code): install an
-    inactive config instead, which makes every layer exact.
+    A compiled model keeps the masked code in its graph: install an inactive config instead (exact output).
     """
-    removed = 0
-    for part in vllm_layer_parts(model):
-        if hasattr(part.attention, BUFFER):
-            part.attention.__class__ = type(part.attention).__mro__[1]
-            delattr(part.attention, BUFFER)
-            removed += 1
+    if is_compiled(model):
+        raise VllmEngineError("this vLLM model is compiled with the mask in its graph: use install_wemask(model, None)")
+    parts = vllm_layer_parts(model)
+    removed = sum(hasattr(part.attention, BUFFER) for part in parts)
+    for part in parts:
+        set_masked_forward(part, False)
     return removed
 
 

@@ -5,8 +5,8 @@ vLLM calls `register()` in each of its processes (engine, workers, `vllm serve`,
 weights load, the wrapper reads the WeMask saved in the model folder (`model=` / `vllm serve FOLDER`) and refuses
 in one line what vLLM cannot run; after they load, it installs the mask, before vLLM compiles or captures graphs.
 
-A model is *armed* (masked forward on every layer, identity values) when its folder carries an active mask, or
-when WEMASK_VLLM_ARM=1, so that `install_wemask` can change the mask later, also under torch.compile. An armed
+A model that vLLM will compile is *armed* (masked forward on every layer, identity values) when its folder carries
+an active mask, or when WEMASK_VLLM_ARM=1, so that `install_wemask` can change the mask later. An armed
 model adds a "wemask" entry to vllm_config.additional_config, which is part of vLLM's compile-cache key: a graph
 compiled without the mask is never reused for a masked model, nor the other way round.
 """
@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from .mask import SUPPORTED_ARCHITECTURES, VllmEngineError, arm, install_wemask, unsupported_architecture
+from .mask import SUPPORTED_ARCHITECTURES, VllmEngineError, arm, compiles, install_wemask, unsupported_architecture
 from .support import saved_wemask_for_vllm, version_warning
 
 ARM_VARIABLE = "WEMASK_VLLM_ARM"
@@ -54,10 +54,10 @@ def masked_load_model(original):
         if armed:
             announce(vllm_config, config)
         model = original(self, vllm_config, model_config, *args, **kwargs)
-        if armed:
-            arm(model)
-            if config is not None and config.active:
-                install_wemask(model, config)
+        if armed and compiles(model):
+            arm(model)  # before vLLM compiles: the graph then carries the mask's code on every layer
+        if config is not None and config.active:
+            install_wemask(model, config)
         return model
 
     load_model.wemask_wrapped = True
