@@ -1,9 +1,10 @@
 """WeMask in vLLM on the embedded model: generation throughput masked / plain in the same vLLM engine (goal >= 0.97),
 and vLLM against transformers generate() on the same prompts.
 
-8 prompts (the first bundled locate prompts) x 32 new tokens, greedy, every sequence forced to the full length; vLLM in
+8 prompts (the first bundled locate prompts) x 16 new tokens, greedy, every sequence forced to the full length; vLLM in
 this process, eager (CPU), float32. Plain = the original vLLM attention classes (remove_wemask); masked = r = 0.3
-from layer 11. Runs alternate, median of repeats. With WEMASK_BENCH_VLLM_COMPILE=1 it also starts a compiled
+from layer 11. Runs alternate, median of repeats; throughput by wall time and
+by this process's CPU time (steadier on a shared machine). With WEMASK_BENCH_VLLM_COMPILE=1 it also starts a compiled
 engine (enforce_eager=False, minutes on a CPU) and reports whether its masked greedy tokens equal the eager ones.
 """
 
@@ -17,8 +18,8 @@ import time
 from importlib import resources
 
 PROMPTS = 8
-NEW_TOKENS = 32
-REPEATS = 3
+NEW_TOKENS = 16
+REPEATS = 4
 CONFIG = dict(mask_rate=0.3, me_layer=11)
 
 
@@ -28,8 +29,8 @@ def bundled_prompts() -> list[str]:
     return [row["text"] if "text" in row else "\n".join(m["content"] for m in row["messages"]) for row in rows][:PROMPTS]
 
 
-def vllm_throughput(llm, prompts, masked: bool) -> float:
-    """Generated tokens per second for one batch, plain (original classes) or masked."""
+def vllm_throughput(llm, prompts, masked: bool) -> tuple[float, float]:
+    """Generated tokens per second of wall time and of CPU time for one batch, plain (original classes) or masked."""
     from vllm import SamplingParams
 
     from wemask_cli.engines.vllm import install_wemask, remove_wemask
@@ -38,9 +39,10 @@ def vllm_throughput(llm, prompts, masked: bool) -> float:
     llm.apply_model(lambda m: install_wemask(m, WeMaskConfig(**CONFIG)) if masked else remove_wemask(m))
     llm.reset_prefix_cache()
     params = SamplingParams(temperature=0, max_tokens=NEW_TOKENS, min_tokens=NEW_TOKENS, ignore_eos=True)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     outputs = llm.generate(prompts, params, use_tqdm=False)
-    return sum(len(o.outputs[0].token_ids) for o in outputs) / (time.perf_counter() - start)
+    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    return tokens / (time.perf_counter() - start), tokens / (time.process_time() - cpu)
 
 
 def transformers_throughput(prompts) -> float:
@@ -92,12 +94,14 @@ def run() -> dict:
     for repeat in range(REPEATS):
         for use_mask in ((False, True) if repeat % 2 == 0 else (True, False)):
             (masked if use_mask else plain).append(vllm_throughput(llm, prompts, use_mask))
-    plain_rate, masked_rate = statistics.median(plain), statistics.median(masked)
+    plain_rate, masked_rate = (statistics.median(wall for wall, _ in runs) for runs in (plain, masked))
+    plain_cpu, masked_cpu = (statistics.median(cpu for _, cpu in runs) for runs in (plain, masked))
     hf_rate = transformers_throughput(prompts)
     figures = {
         "vLLM plain tokens/s": plain_rate,
         "vLLM masked tokens/s": masked_rate,
         "vLLM masked / plain (goal >= 0.97)": masked_rate / plain_rate,
+        "vLLM masked / plain, CPU time": masked_cpu / plain_cpu,
         "transformers generate tokens/s": hf_rate,
         "vLLM plain / transformers": plain_rate / hf_rate,
     }

@@ -38,7 +38,9 @@ def test_missing_model_exits_2_without_traceback(tmp_path):
         text=True,
     )
     assert result.returncode == 2
-    assert result.stderr.strip() == f"wemask: error: --model {tmp_path / 'missing'}: no such directory; give an existing model directory, a .gguf file or a hub id"
+    assert result.stderr.strip() == (
+        f"wemask: error: --model {tmp_path / 'missing'}: no such directory; give an existing model directory, a .gguf file or a hub id"
+    )
     offline = subprocess.run(
         [sys.executable, "-m", "wemask_cli", "infer", "--model", "nobody/no-such-model", "-p", "hi"],
         capture_output=True,

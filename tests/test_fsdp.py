@@ -76,7 +76,8 @@ def test_fsdp_in_one_process_is_refused_before_the_model_loads(tmp_path, monkeyp
 
 
 def resolved(mask_rate: str | None, me_layer: str | None, **plugin) -> SimpleNamespace:
-    args = SimpleNamespace(fsdp=True, deepspeed=None, world_size=2, use_cpu=True, fsdp_plugin_args={"fsdp_version": 2, "cpu_ram_efficient_loading": False, **plugin})
+    plugin_args = {"fsdp_version": 2, "cpu_ram_efficient_loading": False, **plugin}
+    args = SimpleNamespace(fsdp=True, deepspeed=None, world_size=2, use_cpu=True, fsdp_plugin_args=plugin_args)
     return SimpleNamespace(args=args, mask=MaskRequest.parse(mask_rate=mask_rate, me_layer=me_layer))
 
 

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import run_main
 from vllm_support import ME_LAYER, require_vllm, vllm_environment
 

@@ -101,7 +101,9 @@ def test_b_overwrite_refuses_to_delete_its_own_input(tmp_path, monkeypatch, caps
     shutil.copy(DATA, data)
     before = sorted(p.name for p in run_dir.iterdir())
     code, err = cli(monkeypatch, capsys, *ppl(run_dir, run_dir, "--overwrite"))
-    assert code == 2 and err.endswith(f"--model {run_dir} is inside --output {run_dir}, which --overwrite would clear: write to another folder, or copy the input out first")
+    assert code == 2 and err.endswith(
+        f"--model {run_dir} is inside --output {run_dir}, which --overwrite would clear: write to another folder, or copy the input out first"
+    )
     code, err = cli(monkeypatch, capsys, "sft", "--model", str(run_dir), "--dataset", DATA, "-o", str(run_dir), "--overwrite", *TRL)
     assert code == 2 and "--model" in err and "is inside --output-dir" in err
     with pytest.raises(WeMaskError, match="--dataset .*data.jsonl is inside"):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import make_tiny_model
 from torch import nn
 
-from conftest import make_tiny_model
 from wemask_cli.errors import WeMaskError
 from wemask_cli.eval.quantize import (
     parse_schemes,

@@ -47,7 +47,7 @@ from .verl import VERL_ANSWER, is_verl
 
 __all__ = [
     "LOCAL_SUFFIXES", "PREFERENCE", "PROMPTS", "SUPERVISED", "VERL_ANSWER", "DataFormat", "TrainingData", "apply_column_map", "check_column", "check_rows",
-    "column_value", "detect_format", "has_column", "is_conversation", "is_verl", "load_hub", "load_local",
+    "column_value", "content_sha256", "detect_format", "has_column", "is_conversation", "is_verl", "load_hub", "load_local",
     "load_training_data", "looks_local", "missing_column_message", "nested_columns", "open_dataset",
     "parse_column_map", "read_json_rows", "read_text", "read_text_file", "report_dropped", "slice_local", "text_problem",
     "training_data",
