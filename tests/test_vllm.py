@@ -72,6 +72,7 @@ def test_cli_vllm_absent_is_one_line(monkeypatch, capsys, embedded_dir):
     [
         (["--select", "activation", "--mask-rate", "0.3", "--me-layer", "11"], "select='activation'"),
         (["--engine", "tensorrt"], "--engine 'tensorrt' is unknown"),
+        (["--tokens", "massive", "--mask-rate", "0.3", "--me-layer", "11"], "use --engine transformers for --tokens massive"),
     ],
 )
 def test_cli_refusals_before_loading(monkeypatch, capsys, embedded_dir, flags, expected):

@@ -19,13 +19,16 @@ def eval_(
     model: ModelOpt = None,
     task: Annotated[Text, typer.Option("--task", "-t", help="perplexity | choice | math | refusal.")] = None,
     data: Annotated[
-        Text, typer.Option(help="Local .jsonl/.json/.csv/.parquet file, a folder of them, a plain text file of any name, or a hub dataset (default: the bundled eval set).")
+        Text,
+        typer.Option(help="Local .jsonl/.json/.csv/.parquet file, a folder of them, a plain text file of any name, or a hub dataset "
+                     "(default: the bundled eval set)."),
     ] = None,
     split: Annotated[Text, typer.Option(help="Hub split (default test); local files: train or a slice like 'train[:100]'.")] = None,
     data_config: Annotated[Text, typer.Option(help="Hub dataset configuration (e.g. main for gsm8k, all for cais/mmlu).")] = None,
     mask_rates: Annotated[
         Text,
-        typer.Option("--mask-rates", "--mask-rate", "-r", help="Comma list of rates in [0, 1]; default: the model directory's saved wemask_config.json, else no mask."),
+        typer.Option("--mask-rates", "--mask-rate", "-r",
+                     help="Comma list of rates in [0, 1]; default: the model directory's saved wemask_config.json, else no mask."),
     ] = None,
     me_layer: MeLayerOpt = None,
     select: SelectOpt = None,
@@ -47,19 +50,25 @@ def eval_(
     stride: Annotated[Optional[int], typer.Option(help="perplexity: new tokens scored per later window (default: the window; less overlaps context).")] = None,
     text_field: Annotated[Text, typer.Option(help="perplexity: text column (default text; dotted paths work).")] = None,
     question_field: Annotated[
-        Text, typer.Option("--question-field", "--prompt-field", help="Question / prompt column or dotted path (default question, problem, goal, ctx, prompt...).")
+        Text,
+        typer.Option("--question-field", "--prompt-field", help="Question / prompt column or dotted path (default question, problem, goal, ctx, prompt...)."),
     ] = None,
     choices_field: Annotated[
-        Text, typer.Option(help="choice: options column (a list or ARC's text/label dict), a comma list of columns like sol1,sol2, or a dotted path.")
+        Text,
+        typer.Option(help="choice: options column (a list or ARC's text/label dict), a comma list of columns like sol1,sol2, or a dotted path."),
     ] = None,
     answer_field: Annotated[
-        Text, typer.Option(help="Answer column or dotted path (choice: index, letter, label or option text; math: GSM8K '#### N', a bare answer, reward_model.ground_truth).")
+        Text,
+        typer.Option(help="Answer column or dotted path (choice: index, letter, label or option text; math: GSM8K '#### N', a bare answer, "
+                     "reward_model.ground_truth)."),
     ] = None,
     prompt_template: Annotated[
         Text, typer.Option(help="choice/math prompt with a {question} placeholder (choice default: 'Question: {question}\\nAnswer:').")
     ] = None,
     chat_template: Annotated[
-        Optional[bool], typer.Option("--chat-template/--no-chat-template", help="Wrap prompts in the chat template (default: on for math and refusal, off for choice and lm-eval).")
+        Optional[bool],
+        typer.Option("--chat-template/--no-chat-template",
+                     help="Wrap prompts in the chat template (default: on for math and refusal, off for choice and lm-eval)."),
     ] = None,
     lm_eval_tasks: Annotated[
         Text, typer.Option(help="Comma list of lm-evaluation-harness tasks, run through the hooked model (needs `pip install lm-eval`).")
@@ -72,9 +81,14 @@ def eval_(
 ):
     """Evaluate one model at several mask rates in one process: table, metrics.json, results.csv, examples.jsonl, curve.png.
 
-    The model is loaded once; each setting is applied and removed. Tasks: perplexity (every token scored once in rolling windows: perplexity, word_perplexity, byte_perplexity, bits_per_byte), choice (log-likelihood of each option: accuracy, and accuracy_norm per character of the option, lm-eval's acc/acc_norm), math (generate, then the GRPO math reward's grader: accuracy, and how many answers were unparseable), refusal (share of completions whose first 300 characters match a refusal phrase; the list is wemask_cli.eval.tasks.refusal.REFUSAL_PATTERNS).
+    The model is loaded once; each setting is applied and removed. Tasks: perplexity (every token scored once in \
+rolling windows: perplexity, word_perplexity, byte_perplexity, bits_per_byte), choice (log-likelihood of each \
+option: accuracy, and accuracy_norm per character of the option, lm-eval's acc/acc_norm), math (generate, then the \
+GRPO math reward's grader: accuracy, and how many answers were unparseable), refusal (share of completions whose \
+first 300 characters match a refusal phrase; the list is wemask_cli.eval.tasks.refusal.REFUSAL_PATTERNS).
 
-    Spread: the standard error over examples (n/a for one), or with --seeds N (math, refusal) the std across sampled seeds. Compare runs with `wemask report DIR...`.
+    Spread: the standard error over examples (n/a for one), or with --seeds N (math, refusal) the std across sampled \
+seeds. Compare runs with `wemask report DIR...`.
     """
     from ..commands.eval import EvalRequest, run_eval
     from ..eval.settings import EvalSettings, parse_batch_size

@@ -23,7 +23,10 @@ def locate(
     batch_size: Annotated[int, typer.Option(help="Prompts per forward pass (memory does not grow with --num-prompts).")] = 8,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the full report (stable keys, see README).")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Write a PNG of the per-layer curves.")] = None,
-    mask_rate: Annotated[Optional[list[str]], typer.Option("--mask-rate", "-r", metavar="R", help="Also measure with WeMask at rate R from the ME layer (repeatable or comma list).")] = None,
+    mask_rate: Annotated[
+        Optional[list[str]],
+        typer.Option("--mask-rate", "-r", metavar="R", help="Also measure with WeMask at rate R from the ME layer (repeatable or comma list)."),
+    ] = None,
     dtype: DtypeOpt = "auto",
     overwrite: ReplaceOpt = False,
 ):

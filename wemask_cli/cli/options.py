@@ -19,13 +19,22 @@ MaskRateOpt = Annotated[
     Optional[str],
     typer.Option("--mask-rate", "-r", help="Share r in [0, 1] of dims to mask; a comma list (0,0.3,1.0) runs each rate."),
 ]
-MeLayerOpt = Annotated[Optional[str], typer.Option("--me-layer", help="0-based ME layer, or 'auto' to locate it (cached per model; the default with a positive --mask-rate).")]
+MeLayerOpt = Annotated[
+    Optional[str],
+    typer.Option("--me-layer", help="0-based ME layer, or 'auto' to locate it (cached per model; the default with a positive --mask-rate)."),
+]
 SelectOpt = Annotated[Optional[str], typer.Option(help="weight (the method: top |RMSNorm weight|) | activation | random.")]
-LayersOpt = Annotated[Optional[str], typer.Option(help="from-me (default) | me-only | all | a:b (0-based, b exclusive) | a: (to the last layer) | :b (from layer 0).")]
+LayersOpt = Annotated[
+    Optional[str],
+    typer.Option(help="from-me (default) | me-only | all | a:b (0-based, b exclusive) | a: (to the last layer) | :b (from layer 0)."),
+]
 StrengthOpt = Annotated[Optional[float], typer.Option(help="Masking strength in [0, 1]: dims are multiplied by 1 - strength.")]
 TokensOpt = Annotated[
     Optional[str],
-    typer.Option(help="first (default: the first real token of each sequence) | massive (also any prompt token whose norm is > 20x the median; transformers engine only)."),
+    typer.Option(
+        help="first (default: the first real token of each sequence) | massive (also any prompt token whose norm is > 20x the median; "
+        "transformers engine only)."
+    ),
 ]
 ReplaceOpt = Annotated[bool, typer.Option("--overwrite", help="Replace output files that already exist.")]
 EngineOpt = Annotated[

@@ -17,12 +17,13 @@ from .options import LayersOpt, MeLayerOpt, SelectOpt, StrengthOpt, TokensOpt
 
 TRAIN_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
 TRAIN_EPILOG = (
-    "Every other option is TRL's and passes through to its config class (SFTConfig, DPOConfig, GRPOConfig), "
+    "Every other option is TRL's and passes through to the stage's TRL config class (SFTConfig, DPOConfig, GRPOConfig, ...), "
     "in either spelling (--learning-rate or --learning_rate): e.g. --learning-rate 2e-5 --per-device-train-batch-size 8 "
     "--gradient-accumulation-steps 4 --num-train-epochs 1 --max-steps 100 --max-length 1024 --packing --bf16 "
     "--gradient-checkpointing --logging-steps 10 --save-steps 500 --report-to wandb --seed 0. "
     "--help-trl lists them all. Precedence: defaults < --config recipe.yaml < flags. Without CUDA the defaults are "
-    "use_cpu, no bf16, no gradient checkpointing; under accelerate launch the config's mixed_precision sets bf16/fp16. Multi-GPU: accelerate launch -m wemask_cli sft ... or "
+    "use_cpu, no bf16, no gradient checkpointing; under accelerate launch the config's mixed_precision sets bf16/fp16. "
+    "Multi-GPU: accelerate launch -m wemask_cli sft ... or "
     "torchrun --nproc_per_node N -m wemask_cli sft ..."
 )
 HelpTrlOpt = Annotated[bool, typer.Option("--help-trl", help="List every TRL option this command passes through, then exit.")]

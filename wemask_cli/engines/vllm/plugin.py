@@ -18,7 +18,6 @@ import hashlib
 import logging
 import os
 import sys
-from pathlib import Path
 
 from .mask import SUPPORTED_ARCHITECTURES, VllmEngineError, arm, compiles, install_wemask, unsupported_architecture
 from .support import saved_wemask_for_vllm, version_warning
@@ -79,5 +78,7 @@ def announce(vllm_config, config) -> None:
 
 def mask_code_fingerprint() -> str:
     """A hash of the masked forward's source file: the compiled graph depends on it, not on the dims (a buffer)."""
-    source = Path(__file__).with_name("mask.py").read_bytes()
+    from importlib.resources import files
+
+    source = files(__package__).joinpath("mask.py").read_bytes()  # the installed module's own file (wheel or checkout)
     return hashlib.sha256(source).hexdigest()[:16]
