@@ -5,16 +5,14 @@ saved with the run and is re-applied by `wemask infer`, with no edit inside wema
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import make_tiny_model
+from plugin_support import plugin_site, wemask
 from safetensors.torch import load_file
-from test_startup import RUN_BLOCKED
 
 from wemask_cli.interventions import INTERVENTIONS_FILE, WEIGHTS_FILE, configs_from_options, flag_specs, install_all, kinds
 from wemask_cli.interventions.registry import KINDS
@@ -23,21 +21,9 @@ TESTS = Path(__file__).resolve().parent
 DATA = str(TESTS.parent / "data" / "sft_chat.jsonl")
 
 
-def plugin_site(folder: Path, target: str) -> Path:
+def declaring(folder: Path, target: str) -> Path:
     """A site folder holding the metadata of an installed distribution that declares `scale_norm = target`."""
-    dist = folder / "wemask_toy_scale_norm-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: wemask-toy-scale-norm\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(f"[wemask.interventions]\nscale_norm = {target}\n")
-    return folder
-
-
-def wemask(site: Path | None, *args: str, blocked: bool = False) -> subprocess.CompletedProcess:
-    """`wemask ARGS` in a fresh process, with the plugin's distribution on the path when `site` is given."""
-    paths = [str(site), str(TESTS)] if site else []
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]), "COLUMNS": "200"}
-    command = ["-c", RUN_BLOCKED] if blocked else ["-m", "wemask_cli"]
-    return subprocess.run([sys.executable, *command, *args], capture_output=True, text=True, env=env, timeout=600)
+    return plugin_site(folder, "wemask.interventions", f"scale_norm = {target}")
 
 
 @pytest.fixture
@@ -79,7 +65,7 @@ def test_builtin_flags_and_their_defaults_come_from_the_config_fields():
 
 
 def test_a_plugin_kind_shows_in_help_trains_saves_and_is_reapplied_by_infer(tmp_path, tiny_model_dir):
-    site = plugin_site(tmp_path / "site", "toy_scale_norm")
+    site = declaring(tmp_path / "site", "toy_scale_norm")
     helped = wemask(site, "sft", "--help", blocked=True)  # torch-free, the plugin included
     assert helped.returncode == 0, helped.stderr
     assert "--scale-norm" in helped.stdout and "--no-scale-norm" in helped.stdout
@@ -107,6 +93,6 @@ def test_a_plugin_kind_shows_in_help_trains_saves_and_is_reapplied_by_infer(tmp_
 
 
 def test_a_broken_plugin_is_left_out_with_one_warning(tmp_path):
-    done = wemask(plugin_site(tmp_path / "site", "no_such_module_here"), "sft", "--help", blocked=True)
+    done = wemask(declaring(tmp_path / "site", "no_such_module_here"), "sft", "--help", blocked=True)
     assert done.returncode == 0 and "--gated-norm" in done.stdout, done.stderr
     assert done.stderr.count("\n") == 1 and "intervention plugin scale_norm = 'no_such_module_here'" in done.stderr

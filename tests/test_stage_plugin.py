@@ -6,46 +6,31 @@ command with its own flag, answers `--help` without torch, trains end to end wit
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from test_startup import RUN_BLOCKED
+from plugin_support import TESTS, plugin_site, wemask
 
-TESTS = Path(__file__).parent
 DATA = str(TESTS.parent / "data" / "sft_chat.jsonl")
 
 
-def declaring(tmp_path, entry: str) -> str:
-    """A PYTHONPATH on which importlib.metadata finds a distribution declaring `entry` in `wemask.stages`."""
-    info = tmp_path / "site" / "toy_stage_plugin-0.1.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-stage-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[wemask.stages]\n{entry}\n")
-    return os.pathsep.join([str(info.parent), str(TESTS)])
+def declaring(tmp_path, entry: str):
+    """A site folder on which importlib.metadata finds a distribution declaring `entry` in `wemask.stages`."""
+    return plugin_site(tmp_path / "site", "wemask.stages", entry)
 
 
 @pytest.fixture
-def plugin_path(tmp_path) -> str:
+def plugin_path(tmp_path):
     return declaring(tmp_path, "toy-sft = toy_stage:STAGE")
 
 
-def wemask(pythonpath: str, *args: str, torch_blocked: bool = False, cwd=None) -> subprocess.CompletedProcess:
-    code = RUN_BLOCKED if torch_blocked else "from wemask_cli.cli import main; import sys; sys.argv[0] = 'wemask'; main()"
-    env = {**os.environ, "PYTHONPATH": pythonpath, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
-
-
 def test_plugin_stage_is_a_command_whose_help_needs_no_torch(plugin_path):
-    listing = wemask(plugin_path, "--help", torch_blocked=True)
+    listing = wemask(plugin_path, "--help", blocked=True)
     assert listing.returncode == 0 and "toy-sft" in listing.stdout and "Toy supervised fine-tuning" in listing.stdout, listing.stderr
-    own = wemask(plugin_path, "toy-sft", "--help", torch_blocked=True)
+    own = wemask(plugin_path, "toy-sft", "--help", blocked=True)
     assert own.returncode == 0 and "--toy-note" in own.stdout and "--mask-rate" in own.stdout, own.stderr
-    typo = wemask(plugin_path, "toy-sft", "--toy-notes", "x", torch_blocked=True)  # TRL's SFTConfig flags known too
+    typo = wemask(plugin_path, "toy-sft", "--toy-notes", "x", blocked=True)  # TRL's SFTConfig flags known too
     assert typo.returncode == 2 and "No such option: --toy-notes (did you mean --toy-note?)" in typo.stderr, typo.stderr
-    assert "toy-sft" not in wemask(os.pathsep.join([str(TESTS)]), "--help", torch_blocked=True).stdout
+    assert "toy-sft" not in wemask(None, "--help", blocked=True).stdout
 
 
 @pytest.mark.parametrize(
@@ -58,7 +43,7 @@ def test_plugin_stage_is_a_command_whose_help_needs_no_torch(plugin_path):
     ids=("missing", "not-a-spec", "built-in-name"),
 )
 def test_a_broken_plugin_is_one_warning_and_the_rest_works(tmp_path, entry, message):
-    done = wemask(declaring(tmp_path, entry), "--help", torch_blocked=True)
+    done = wemask(declaring(tmp_path, entry), "--help", blocked=True)
     assert done.returncode == 0 and " sft " in done.stdout and "toy-sft" not in done.stdout, done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("wemask: warning: the trainer stage plugin") and message in done.stderr
 

@@ -229,7 +229,7 @@ def test_greedy_tokens_match_transformers(engine, embedded, rate, capsys):
     from wemask_cli.prompts import encode_left_truncated
 
     config = WeMaskConfig(mask_rate=rate, me_layer=ME_LAYER)
-    encoded, _ = encode_left_truncated(embedded.tokenizer, PROMPTS, True, None)
+    encoded, _, _ = encode_left_truncated(embedded.tokenizer, PROMPTS, True, None)
     expected = hf_greedy(embedded, config, encoded)
     with engine.use_mask(config) as resolved:
         found = engine.generate_ids(encoded, max_new_tokens=NEW_TOKENS, temperature=0.0, top_p=1.0, seed=0)

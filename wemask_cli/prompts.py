@@ -79,12 +79,11 @@ def context_length(model) -> int | None:
     return length if isinstance(length, int) and length > 0 else None
 
 
-def encode_left_truncated(tokenizer, prompts: list, chat_template: bool, limit: int | None) -> tuple[list[list[int]], list[int]]:
-    """Token ids per prompt, cut FROM THE LEFT to at most `limit` tokens (None: no limit), and how many each lost.
-
-    An empty prompt (nothing to generate from) is one line, not a failure inside the model.
-    """
-    encoded, cuts = [], []
+def encode_left_truncated(tokenizer, prompts: list, chat_template: bool, limit: int | None
+                          ) -> tuple[list[list[int]], list[str], list[int]]:
+    """(token ids, rendered text, tokens cut) per prompt: ids cut FROM THE LEFT to at most `limit` tokens (None: no
+    limit). An empty prompt (nothing to generate from) is one line, not a failure inside the model."""
+    encoded, texts, cuts = [], [], []
     for number, prompt in enumerate(prompts, 1):
         text, special = render_prompt(tokenizer, prompt, chat_template)
         ids = tokenizer(text, add_special_tokens=special)["input_ids"]
@@ -92,8 +91,9 @@ def encode_left_truncated(tokenizer, prompts: list, chat_template: bool, limit: 
             raise WeMaskError(f"prompt {number} is empty: nothing to generate from (give some text, or keep the chat template on)")
         ids, cut = left_truncate(ids, limit)
         encoded.append(ids)
+        texts.append(text)
         cuts.append(cut)
-    return encoded, cuts
+    return encoded, texts, cuts
 
 
 def left_truncate(ids: list[int], room: int | None) -> tuple[list[int], int]:

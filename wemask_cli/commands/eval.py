@@ -41,21 +41,22 @@ class EvalRequest:
 
 def make_task(request: EvalRequest):
     """The task object, its settings checked (before anything is loaded)."""
-    settings = request.settings
-    if request.lm_eval_tasks is not None:
-        from ..eval.lm_eval_task import LmEvalTask
+    from dataclasses import replace
 
-        if settings.task is not None:
-            raise WeMaskError("give either --task or --lm-eval-tasks, not both")
-        return LmEvalTask(settings, request.lm_eval_tasks, request.lm_eval_include)
+    from ..eval.tasks.registry import task_class, tasks
+
+    settings = request.settings
+    selected = [cls for cls in tasks().values() if cls.selector and getattr(request, cls.selector) is not None]
+    if selected:  # a task chosen by its own flag (--lm-eval-tasks)
+        cls, flag = selected[0], "--" + selected[0].selector.replace("_", "-")
+        if settings.task not in (None, cls.name):
+            raise WeMaskError(f"give either --task or {flag}, not both")
+        return cls.create(replace(settings, task=None), request)
     if request.lm_eval_include is not None:
         raise WeMaskError("--lm-eval-include applies to --lm-eval-tasks")
     if settings.task is None:
-        from ..eval.tasks import TASKS
-
-        raise WeMaskError(f"no --task given: use one of {', '.join(TASKS)} (or --lm-eval-tasks)")
-    settings = settings.resolved()
-    return settings.task_class()(settings)
+        raise WeMaskError(f"no --task given: use one of {', '.join(tasks())} (or --lm-eval-tasks)")
+    return task_class(settings.task).create(settings, request)
 
 
 def default_output(task: str, root: Path = DEFAULT_ROOT) -> Path:
@@ -112,7 +113,7 @@ def run_eval(request: EvalRequest, plot: Callable[[dict, Path], Path] | None = N
         parse_schemes(request.quantize, block_size=request.fp4_block_size, smoothquant=request.smoothquant)  # before loading
     elif request.smoothquant is not None:
         raise WeMaskError("--smoothquant migrates activation scale before quantizing: add --quantize (e.g. none,w4a4)")
-    output = Path(request.output).expanduser() if request.output else default_output(task.settings.task or "lm-eval")
+    output = Path(request.output).expanduser() if request.output else default_output(task.name)
     if request.overwrite:
         inputs = [("--model", request.model), ("--data", task.settings.data), ("--lm-eval-include", request.lm_eval_include)]
         check_inputs_outside(output, inputs, flag="--output")
@@ -120,13 +121,11 @@ def run_eval(request: EvalRequest, plot: Callable[[dict, Path], Path] | None = N
         data = task.load()
         sweep, loaded = evaluate(request, task, data)
         claim.clear()  # --overwrite: the previous output goes only after the data and the model were read
-        lm_eval = task.name == "lm-eval"
-        prov = provenance(loaded, data.provenance(), started, lm_eval=lm_eval)
-        document = metrics_document(task=task.settings.task or task.name, primary=task.primary, unit=task.unit,
-                                    n_examples=len(data), sweep=sweep, settings=task.settings, prov=prov)
+        prov = provenance(loaded, data.provenance(), started, libraries=task.libraries)
+        document = metrics_document(task=task.name, primary=task.primary, unit=task.unit, n_examples=len(data), sweep=sweep,
+                                    settings=task.settings, seeds_vary=task.seed_note(), prov=prov)
         document["engine"] = request.engine
-        if lm_eval:
-            document["lm_eval"] = {"tasks": task.names, "include": task.include}
+        document.update(task.document_extra())
         written = write_outputs(document, sweep.records, output)
         if plot is not None:
             written.append(plot(document, output))
@@ -137,8 +136,9 @@ def run_eval(request: EvalRequest, plot: Callable[[dict, Path], Path] | None = N
 def evaluate(request: EvalRequest, task, data):
     """Load the model, build the sweep's axes, tokenize once, choose the batch size, run every variant."""
     from .. import models
-    from ..eval.scoring import auto_batch_size, pad_id_of
+    from ..eval.scoring import auto_batch_size
     from ..eval.sweep import run_sweep, wemask_axis
+    from ..method.batch import pad_id_of
     from ..prompts import context_length
 
     if request.engine == "vllm":
@@ -154,7 +154,7 @@ def evaluate(request: EvalRequest, task, data):
     axes = [wemask_axis(configs)] + quantize_axes(request, prepared)
     settings = task.settings
     batch_size = settings.batch_size
-    if batch_size == "auto" and task.name != "lm-eval":
+    if batch_size == "auto" and task.auto_batch:
         with status("Finding the largest batch that fits (--batch-size auto)..."):
             batch_size = auto_batch_size(loaded.model, prepared.longest, prepared.units, pad_id_of(loaded.tokenizer))
         say(f"--batch-size auto: {batch_size}")
@@ -162,10 +162,9 @@ def evaluate(request: EvalRequest, task, data):
     variants = 1
     for axis in axes:
         variants *= len(axis.settings)
-    unit = {"perplexity": "text(s)", "lm-eval": "task(s)"}.get(task.name, task.unit)
-    reader = f", read as {data.reader}" if data.reader and task.name != "lm-eval" else ""
-    say(f"{task.name} on {data.where}{reader}: {len(data)} {unit}, {variants} setting(s) x {settings.seeds} seed(s); "
-        f"seeds vary {settings.seed_note()}")
+    unit = task.data_unit or task.unit
+    say(f"{task.name} on {data.where}{task.reader_note(data)}: {len(data)} {unit}, {variants} setting(s) x {settings.seeds} "
+        f"seed(s); seeds vary {task.seed_note()}")
     sweep = run_sweep(loaded, axes, task, prepared, settings, batch_size)
     for row in sweep.results:
         row["engine"] = request.engine
@@ -178,10 +177,11 @@ def check_engine(request: EvalRequest, task) -> None:
 
     if request.engine not in ENGINES:
         raise WeMaskError(f"--engine {request.engine!r} is unknown: use one of {', '.join(ENGINES)}")
+    if request.engine not in task.engines:
+        label = "--" + task.selector.replace("_", "-") if task.selector else f"the {task.name} task"
+        raise WeMaskError(f"{label} runs through the {task.engines[0]} model: use --engine {task.engines[0]}")
     if request.engine == "transformers":
         return
-    if task.name == "lm-eval":
-        raise WeMaskError("--lm-eval-tasks runs through the transformers model: use --engine transformers")
     if request.quantize is not None:
         raise WeMaskError("--quantize simulates quantization on the transformers model's weights: use --engine transformers")
 

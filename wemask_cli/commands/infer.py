@@ -46,39 +46,18 @@ def read_prompts(prompts: list[str] | None, input_file: Path | None) -> list[str
 
 
 def generate(model, tokenizer, prompts: list, settings: GenerationSettings) -> tuple[list[str], list[int]]:
-    """Batched generation with left padding, greedy unless a temperature is given; prompts longer than the
-    model's context (less --max-new-tokens) are cut from the left. Returns the completions and each prompt's cut."""
-    import torch
+    """Batched generation (engines.generation.generate), greedy unless a temperature is given; prompts longer than
+    the model's context (less --max-new-tokens) are cut from the left. Returns the completions and each prompt's cut."""
+    from ..engines.generation import generate as generate_batches
 
     positions = context_length(model)
     limit = None if positions is None else positions - settings.max_new_tokens
     if limit is not None and limit < 1:
         raise WeMaskError(f"--max-new-tokens {settings.max_new_tokens} leaves no room for a prompt in the model's {positions} positions")
-    encoded, cuts = encode_left_truncated(tokenizer, prompts, settings.chat_template, limit)
-    if engine_of(model) != "transformers":  # an engine (vLLM) batches and seeds by itself
-        new_ids = model.generate_ids(encoded, max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
-                                     top_p=settings.top_p, seed=settings.seed)
-        return tokenizer.batch_decode(new_ids, skip_special_tokens=True), cuts
-    tokenizer.padding_side = "left"
-    device = next(model.parameters()).device
-    completions = []
-    torch.manual_seed(settings.seed)
-    sampling = settings.temperature > 0
-    for start in range(0, len(encoded), settings.batch_size):
-        ids = encoded[start : start + settings.batch_size]
-        batch = tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt").to(device)
-        with torch.no_grad():
-            output = model.generate(
-                **batch,
-                max_new_tokens=settings.max_new_tokens,
-                do_sample=sampling,
-                temperature=settings.temperature if sampling else None,
-                top_p=settings.top_p if sampling else None,
-                top_k=None,
-                pad_token_id=tokenizer.pad_token_id,
-            )
-        new_tokens = output[:, batch["input_ids"].shape[1] :]
-        completions.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+    encoded, _, cuts = encode_left_truncated(tokenizer, prompts, settings.chat_template, limit)
+    completions = generate_batches(model, tokenizer, encoded, max_new_tokens=settings.max_new_tokens,
+                                   temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed,
+                                   batch_size=settings.batch_size)
     return completions, cuts
 
 

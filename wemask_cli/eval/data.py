@@ -1,7 +1,7 @@
 """Reading a task's examples: bundled sets, local files and folders, plain text of any name, hub datasets.
 
-Columns are found by name (the first candidate every row has, for common benchmark layouts) or given with the
---*-field flags, which accept dotted paths into nested records (`reward_model.ground_truth`). Every problem is one
+Columns are found by name (the first of the task's candidates for that role, its `columns`, that every row has) or
+given with the --*-field flags, which accept dotted paths into nested records (`reward_model.ground_truth`). Every problem is one
 line naming the row at fault, raised before any model is loaded.
 """
 
@@ -27,18 +27,6 @@ from ..data import (
 from ..errors import WeMaskError
 
 TRUNCATED_NOTE = "`truncated: true` in examples.jsonl"  # said with the warning of every cut eval prompt
-
-# Column names tried in order when a --*-field flag is not given (MMLU, ARC, PIQA, HellaSwag, GSM8K,
-# MATH-500, XSTest, wikitext layouts). A comma list means several columns, one per option (PIQA).
-FIELD_CANDIDATES = {
-    "text": ("text", "content", "document", "page"),
-    "question": ("question", "problem", "goal", "ctx", "query", "prompt", "instruction"),
-    "prompt": ("prompt", "question", "instruction", "goal", "problem", "text"),
-    "choices": ("choices", "options", "endings", "sol1,sol2"),
-    "choice_answer": ("answer", "answerKey", "label", "gold"),
-    "math_answer": ("answer", "final_answer", "solution"),
-}
-
 
 @dataclass
 class EvalData:
@@ -120,19 +108,19 @@ def read_path(path: Path, where: str, split: str | None) -> Source:
     return Source(where, rows=rows, labels=labels, path=str(path), sha256=sha, reader=reader)
 
 
-def pick_field(rows: list[dict], given: str | None, role: str, flag: str, where: str) -> str:
-    """The column for `role`: the flag's value (a name, a dotted path or a comma list; checked) or the first
-    candidate every row has."""
+def pick_field(rows: list[dict], given: str | None, candidates: tuple[str, ...], flag: str, where: str) -> str:
+    """A task's column for one role: the flag's value (a name, a dotted path or a comma list; checked) or the first of
+    the role's `candidates` (a comma list: several columns, one per option) that every row has."""
     if given is not None:
         for name in given.split(","):
             check_column(rows[:50], name, flag, where)
         return given
     columns = list(dict.fromkeys(key for row in rows[:50] for key in row))
-    for candidate in FIELD_CANDIDATES[role]:
+    for candidate in candidates:
         if all(name in columns for name in candidate.split(",")):
             return candidate
     raise WeMaskError(
-        f"{where} has none of the columns {list(FIELD_CANDIDATES[role])} (its columns: {nested_columns(rows)}): "
+        f"{where} has none of the columns {list(candidates)} (its columns: {nested_columns(rows)}): "
         f"name the column with {flag} (dotted paths like extra_info.question work)"
     )
 

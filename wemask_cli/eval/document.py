@@ -32,19 +32,15 @@ from ..versions import library_versions
 from .stats import summarize
 
 SCHEMA = "wemask-metrics/1"
-LIBRARIES = ("wemask-cli", "torch", "transformers", "trl", "lm-eval")
+LIBRARIES = ("wemask-cli", "torch", "transformers", "trl")
 
 
-def versions(lm_eval: bool) -> dict[str, str | None]:
-    return library_versions(name for name in LIBRARIES if lm_eval or name != "lm-eval")
-
-
-def provenance(loaded, data_info: dict, started: float, lm_eval: bool = False) -> dict:
+def provenance(loaded, data_info: dict, started: float, libraries: tuple[str, ...] = ()) -> dict:
     """Library versions, model path, revision and the saved remedies it carries (re-applied), tokenizer BOS/EOS and chat-template hash, data, command, times."""
     tokenizer, config = loaded.tokenizer, getattr(loaded.model, "config", None)
     template = getattr(tokenizer, "chat_template", None)
     return {
-        "versions": {**versions(lm_eval), **getattr(loaded.model, "engine_versions", {})},  # an engine adds its own
+        "versions": {**library_versions(LIBRARIES + libraries), **getattr(loaded.model, "engine_versions", {})},  # an engine adds its own
         "model": {"path": loaded.source, "revision": getattr(config, "_commit_hash", None),
                   "dtype": str(getattr(loaded.model, "dtype", "")).removeprefix("torch.") or None,
                   "interventions": [c.to_dict() for c in loaded.installed.configs] if loaded.installed else []},
@@ -58,7 +54,8 @@ def provenance(loaded, data_info: dict, started: float, lm_eval: bool = False) -
     }
 
 
-def metrics_document(*, task: str, primary: str, unit: str, n_examples: int, sweep, settings, prov: dict) -> dict:
+def metrics_document(*, task: str, primary: str, unit: str, n_examples: int, sweep, settings, seeds_vary: str,
+                     prov: dict) -> dict:
     """The metrics.json object of a finished sweep (see the module docstring)."""
     from .. import __version__
 
@@ -72,7 +69,7 @@ def metrics_document(*, task: str, primary: str, unit: str, n_examples: int, swe
         "mode": modes[0] if len(modes) == 1 else None, "mask_rates": rates, "mask_rate": rates[0] if len(rates) == 1 else None,
         "axes": [label for label in sweep.labels if label not in ("mode", "me_layer")],
         "primary_metric": primary, "deltas": sweep.deltas, "results": results, "summary": summarize(results, sweep.labels),
-        "seeds": {"count": settings.seeds, "varies": settings.seed_note()},
+        "seeds": {"count": settings.seeds, "varies": seeds_vary},
         "settings": {k: v for k, v in asdict(settings).items() if v is not None},
         **sweep.applied,
         "provenance": prov, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wemask_version": __version__,

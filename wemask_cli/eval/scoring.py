@@ -12,6 +12,7 @@ import torch
 
 from ..engines import engine_of
 from ..errors import WeMaskError
+from ..method.batch import pad
 
 AUTO_BATCH_START = 64
 
@@ -28,17 +29,8 @@ def prefix_token_id(tokenizer) -> int:
     return token
 
 
-def pad_id_of(tokenizer) -> int:
-    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
-
-
 def pad_right(sequences: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    length = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), length), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), length), dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-        mask[row, : len(seq)] = 1
+    ids, mask = pad(sequences, pad_id, "right")
     return ids.to(device), mask.to(device)
 
 

@@ -37,17 +37,17 @@ class EvalSettings:
     fewshot_seed: int = DEFAULT_FEWSHOT_SEED
 
     def task_class(self):
-        from .tasks import TASKS
+        from .tasks.registry import task_class
 
-        if self.task not in TASKS:
-            raise WeMaskError(f"--task {self.task!r} is unknown: use one of {', '.join(TASKS)}")
-        return TASKS[self.task]
+        return task_class(self.task)
 
-    def resolved(self) -> "EvalSettings":
-        """Check the flags and fill in the task's defaults."""
-        cls = self.task_class()
+    def resolved(self, cls=None) -> "EvalSettings":
+        """Check the flags against what the task's class (`cls`, default --task's) declares, and fill in its defaults."""
+        from .tasks.registry import applies_to
+
+        cls = cls or self.task_class()
         check_numbers(self)
-        changes: dict = {}
+        changes: dict = check_task_flags(self, cls)
         if cls.generates:
             changes.update(generation_defaults(self, cls))
         else:
@@ -57,36 +57,43 @@ class EvalSettings:
                     "number; drop --seeds and read the standard error over examples (the 'se' column) as its spread"
                 )
             if self.temperature not in (None, 0):
-                raise WeMaskError(f"--temperature applies to generation tasks (math, refusal), not to {self.task}")
+                raise WeMaskError(f"--temperature applies to {applies_to(lambda c: c.generates)}, not to {self.task}")
         if cls.template is not None:
             template = self.prompt_template or cls.template
             if "{question}" not in template:
                 raise WeMaskError(f"--prompt-template {template!r} has no {{question}} placeholder")
             changes["prompt_template"] = template
         elif self.prompt_template:
-            raise WeMaskError(f"--prompt-template applies to the choice and math tasks, not to {self.task}")
+            raise WeMaskError(f"--prompt-template applies to {applies_to(lambda c: c.template is not None)}, not to {self.task}")
         if self.num_fewshot and not cls.fewshot:
-            raise WeMaskError(f"--num-fewshot applies to the choice and math tasks, not to {self.task}")
-        if self.stride is not None and self.task != "perplexity":
-            raise WeMaskError(f"--stride applies to the perplexity task, not to {self.task}")
-        if self.task == "perplexity":
-            changes["window"] = window = self.window or DEFAULT_WINDOW
-            if self.stride is not None and not 1 <= self.stride <= window:
-                raise WeMaskError(f"--stride {self.stride} must be between 1 and --window ({window})")
-        elif self.window is not None:
-            raise WeMaskError(f"--window applies to the perplexity task, not to {self.task}")
+            raise WeMaskError(f"--num-fewshot applies to {applies_to(lambda c: c.fewshot)}, not to {self.task}")
         if self.chat_template is None:
             changes["chat_template"] = cls.chat_default
         return replace(self, **changes)
 
-    def seed_note(self) -> str:
-        if self.task is None:
-            return "what the lm-eval task sets"
-        if not self.task_class().generates:
+    def seed_note(self, generates: bool) -> str:
+        if not generates:
             return "nothing (deterministic task)"
         if self.seeds == 1 and not self.temperature:
             return "nothing (greedy decoding)"
         return f"sampling (temperature {self.temperature:g}, top_p {self.top_p:g}), seeds 0..{self.seeds - 1}"
+
+
+def check_task_flags(settings: EvalSettings, cls) -> dict:
+    """Refuse a task-specific flag the task does not declare; the --window default (and --stride's range) of one that
+    does. Returns the changes to the settings."""
+    from .tasks.base import TASK_FLAGS
+    from .tasks.registry import applies_to
+
+    for name, flag in TASK_FLAGS.items():
+        if getattr(settings, name) is not None and name not in cls.flags:
+            raise WeMaskError(f"{flag} applies to {applies_to(lambda c: name in c.flags)}, not to {settings.task}")
+    if "window" not in cls.flags:
+        return {}
+    window = settings.window or cls.default_window or DEFAULT_WINDOW
+    if settings.stride is not None and not 1 <= settings.stride <= window:
+        raise WeMaskError(f"--stride {settings.stride} must be between 1 and --window ({window})")
+    return {"window": window}
 
 
 def parse_batch_size(value) -> int | str:

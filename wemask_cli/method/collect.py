@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from .arch import LayerParts, base_model, resolve_layers
+from .batch import pad
 from .metrics import (
     Tokens,
     concentration,
@@ -200,18 +201,6 @@ def batches(token_ids: Sequence[Sequence[int]], batch_size: int) -> Iterator[lis
     order = sorted(range(len(token_ids)), key=lambda i: len(token_ids[i]))
     for start in range(0, len(order), batch_size):
         yield order[start : start + batch_size]
-
-
-def pad(rows: Sequence[Sequence[int]], pad_id: int, side: str = "right") -> tuple[torch.Tensor, torch.Tensor]:
-    """(input_ids, attention_mask) padded on `side`."""
-    width = max(len(row) for row in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for b, row in enumerate(rows):
-        span = slice(0, len(row)) if side == "right" else slice(width - len(row), width)
-        ids[b, span] = torch.tensor(row, dtype=torch.long)
-        mask[b, span] = 1
-    return ids, mask
 
 
 @torch.no_grad()

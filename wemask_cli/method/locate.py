@@ -22,7 +22,8 @@ from torch import nn
 
 from ..errors import WeMaskError
 from .arch import LayerParts, resolve_layers
-from .collect import FRAC_SHARE, PromptStats, batches, collect_stats, pad
+from .batch import pad
+from .collect import FRAC_SHARE, PromptStats, batches, collect_stats
 from .mask import masked_layers
 from .metrics import (
     SINK_RMS,

@@ -2,7 +2,10 @@
 
 A task is one class: its defaults as class attributes, `load` (read and check the examples, before any model
 loads), `prepare` (tokenize once, on the loaded model's tokenizer) and `evaluate` (score one variant of the model:
-metrics, the number of units, per-unit records). Register it with `@register` in tasks/__init__.py.
+metrics, the number of units, per-unit records). It declares what the rest of `wemask eval` reads: its flags
+(`flags`, of TASK_FLAGS), column roles (`columns`), unit label, primary metric, engines. Register it with
+`@register` (tasks/registry.py): a built-in module listed in registry.BUILTIN, or a plugin module named under the
+entry-point group `wemask.eval_tasks`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ from ..stats import Metric
 if TYPE_CHECKING:
     from ..settings import EvalSettings
 
+# The task-specific EvalSettings fields and their flags: a task accepts those named in its `flags`, the others are
+# refused on one line. (--seeds/--temperature follow `generates`, --prompt-template `template`, --num-fewshot `fewshot`.)
+TASK_FLAGS = {"text_field": "--text-field", "question_field": "--question-field", "choices_field": "--choices-field",
+              "answer_field": "--answer-field", "window": "--window", "stride": "--stride"}
 CALIBRATION = 8  # sequences a task offers as `Prepared.samples`
 
 
@@ -45,9 +52,18 @@ class Task:
     """Base class: subclasses set the class attributes and implement load, prepare and evaluate."""
 
     name: ClassVar[str]
+    summary: ClassVar[str] = ""  # one line in `wemask eval --help`
     primary: ClassVar[str]  # the metric tables, plots, deltas and `wemask report` lead with
     bundled: ClassVar[str]  # the file in wemask_cli/resources/eval used without --data
-    unit: ClassVar[str] = "examples"
+    unit: ClassVar[str] = "examples"  # what n counts (the standard error is over these)
+    data_unit: ClassVar[str | None] = None  # what len(load()) counts, in the run's first line (default: unit)
+    flags: ClassVar[frozenset[str]] = frozenset()  # the TASK_FLAGS fields it accepts
+    columns: ClassVar[dict[str, tuple[str, ...]]] = {}  # column role -> names tried in order without its --*-field
+    default_window: ClassVar[int | None] = None  # --window's default, for a task that accepts it
+    engines: ClassVar[tuple[str, ...]] = ("transformers", "vllm")  # the --engine values it runs on
+    libraries: ClassVar[tuple[str, ...]] = ()  # more libraries whose versions metrics.json records
+    auto_batch: ClassVar[bool] = True  # --batch-size auto is measured on its longest sequence
+    selector: ClassVar[str | None] = None  # an EvalRequest field that selects this task in place of --task
     generates: ClassVar[bool] = False  # generation tasks sample with --seeds/--temperature
     template: ClassVar[str | None] = None  # default --prompt-template (None: the task takes none)
     chat_default: ClassVar[bool] = False  # default --chat-template
@@ -56,6 +72,23 @@ class Task:
 
     def __init__(self, settings: EvalSettings):
         self.settings = settings
+
+    @classmethod
+    def create(cls, settings: EvalSettings, request) -> Task:
+        """The task for a `wemask eval` request, its flags checked and defaults filled in (before anything loads)."""
+        return cls(settings.resolved(cls))
+
+    def seed_note(self) -> str:
+        """What the seeds vary, for the run's first line."""
+        return self.settings.seed_note(self.generates)
+
+    def reader_note(self, data: EvalData) -> str:
+        """How the data was read, for the run's first line."""
+        return f", read as {data.reader}" if data.reader else ""
+
+    def document_extra(self) -> dict:
+        """More top-level entries of metrics.json (after the run)."""
+        return {}
 
     def load(self) -> EvalData:
         raise NotImplementedError

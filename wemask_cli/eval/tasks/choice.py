@@ -15,24 +15,31 @@ from ...prompts import left_truncate, render_prompt, warn_truncated
 from ..data import TRUNCATED_NOTE, EvalData, parse_answer_index, parse_choices, pick_field, require_text
 from ..stats import proportion
 from .base import CALIBRATION, Prepared, Scored, Task, check_fewshot, fewshot_draws
+from .registry import register
 
 DELIMITER = " "  # lm-eval's target_delimiter
 FEWSHOT_SEPARATOR = "\n\n"  # lm-eval's fewshot_delimiter
 
 
+@register
 class ChoiceTask(Task):
     name = "choice"
     primary = "accuracy"
     bundled = "choice.jsonl"
     template = "Question: {question}\nAnswer:"
     fewshot = True
+    summary = "log-likelihood of each option"
+    flags = frozenset({"question_field", "choices_field", "answer_field"})
+    columns = {"question": ("question", "problem", "goal", "ctx", "query", "prompt", "instruction"),
+               "choices": ("choices", "options", "endings", "sol1,sol2"),
+               "answer": ("answer", "answerKey", "label", "gold")}
 
     def load(self) -> EvalData:
         s = self.settings
         source, rows, labels = self.open_rows()
-        question = pick_field(rows, s.question_field, "question", "--question-field", source.where)
-        choices_name = pick_field(rows, s.choices_field, "choices", "--choices-field", source.where)
-        answer = pick_field(rows, s.answer_field, "choice_answer", "--answer-field", source.where)
+        question = pick_field(rows, s.question_field, self.columns["question"], "--question-field", source.where)
+        choices_name = pick_field(rows, s.choices_field, self.columns["choices"], "--choices-field", source.where)
+        answer = pick_field(rows, s.answer_field, self.columns["answer"], "--answer-field", source.where)
         out = []
         for row, label in zip(rows, labels):
             choices, option_labels = parse_choices(row, choices_name, label, source.where)
@@ -86,7 +93,8 @@ class ChoiceTask(Task):
         return Prepared(units, longest, (data.rows, groups, texts, draws, delimiter, cuts), samples)
 
     def evaluate(self, model, tokenizer, prepared, seed, batch_size, advance) -> Scored:
-        from ..scoring import pad_id_of, require_finite_scores, score_options
+        from ...method.batch import pad_id_of
+        from ..scoring import require_finite_scores, score_options
 
         rows, groups, texts, draws, delimiter, cuts = prepared.payload
         scores = score_options(model, groups, pad_id_of(tokenizer), batch_size, advance)

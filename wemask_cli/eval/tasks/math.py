@@ -14,6 +14,7 @@ from ...data import VERL_ANSWER, column_value, is_verl
 from ..data import EvalData, pick_field, require_text
 from ..stats import Metric, proportion
 from .base import CALIBRATION, Prepared, Scored, Task, check_fewshot, fewshot_draws
+from .registry import register
 
 FEWSHOT_SEPARATOR = "\n\n"
 
@@ -27,6 +28,7 @@ def grade_math(completion: str, reference: str) -> tuple[str | None, bool, bool]
     return extracted, grade.correct, grade.parsed
 
 
+@register
 class MathTask(Task):
     name = "math"
     primary = "accuracy"
@@ -35,14 +37,18 @@ class MathTask(Task):
     template = "{question}\nSolve it step by step, then write the final answer on the last line as '#### <answer>'."
     chat_default = True
     fewshot = True
+    summary = "generate, then grade the final answer"
+    flags = frozenset({"question_field", "answer_field"})
+    columns = {"question": ("question", "problem", "goal", "ctx", "query", "prompt", "instruction"),
+               "answer": ("answer", "final_answer", "solution")}
     max_new_tokens = 256
 
     def load(self) -> EvalData:
         s = self.settings
         source, rows, labels = self.open_rows()
         verl = s.question_field is None and s.answer_field is None and is_verl(rows[:5])
-        question = "prompt" if verl else pick_field(rows, s.question_field, "question", "--question-field", source.where)
-        answer = VERL_ANSWER if verl else pick_field(rows, s.answer_field, "math_answer", "--answer-field", source.where)
+        question = "prompt" if verl else pick_field(rows, s.question_field, self.columns["question"], "--question-field", source.where)
+        answer = VERL_ANSWER if verl else pick_field(rows, s.answer_field, self.columns["answer"], "--answer-field", source.where)
         out = [
             {"question": require_text(column_value(row, question), question, label, source.where, messages=True),
              "answer": require_text(column_value(row, answer), answer, label, source.where)}
@@ -77,7 +83,7 @@ class MathTask(Task):
         return Prepared(len(encoded), longest, (data.rows, encoded, texts, cuts, draws), encoded[:CALIBRATION])
 
     def evaluate(self, model, tokenizer, prepared, seed, batch_size, advance) -> Scored:
-        from ..generation import generate
+        from ...engines.generation import generate
 
         s = self.settings
         rows, encoded, texts, cuts, draws = prepared.payload

@@ -19,6 +19,7 @@ from ...errors import WeMaskError
 from ..data import EvalData, open_source, pick_field
 from ..stats import Metric, exp_metric, mean_se
 from .base import CALIBRATION, Prepared, Scored, Task
+from .registry import register
 
 
 @dataclass
@@ -32,18 +33,23 @@ class Window:
         return len(self.sequence) - self.first
 
 
+@register
 class PerplexityTask(Task):
     name = "perplexity"
     primary = "perplexity"
     bundled = "perplexity.txt"
+    summary = "every token scored once in rolling windows"
     unit = "windows"
+    data_unit = "text(s)"
+    flags = frozenset({"text_field", "window", "stride"})
+    columns = {"text": ("text", "content", "document", "page")}
 
     def load(self) -> EvalData:
         s = self.settings
         source = open_source(s.data, self.bundled, s.split, s.data_config, None)
         if source.text is not None:
             return source.data(self.name, texts=[source.text])
-        name = pick_field(source.rows, s.text_field, "text", "--text-field", source.where)
+        name = pick_field(source.rows, s.text_field, self.columns["text"], "--text-field", source.where)
         texts = [str(v) for v in (column_value(row, name) for row in source.rows) if v not in (None, "")]
         if not any(t.strip() for t in texts):
             raise WeMaskError(f"{source.where}: the {name!r} column holds no text")
@@ -65,7 +71,8 @@ class PerplexityTask(Task):
         return Prepared(len(windows), longest, (windows, docs, data.texts), [w.sequence[:-1] for w in windows[:CALIBRATION]])
 
     def evaluate(self, model, tokenizer, prepared, seed, batch_size, advance) -> Scored:
-        from ..scoring import pad_id_of, require_finite_scores, score_windows
+        from ...method.batch import pad_id_of
+        from ..scoring import require_finite_scores, score_windows
 
         windows, docs, texts = prepared.payload
         sums = score_windows(model, [(w.sequence, w.first) for w in windows], pad_id_of(tokenizer), batch_size, advance)

@@ -9,6 +9,7 @@ from ...data.readers import text_lines
 from ..data import EvalData, open_source, pick_field, require_text
 from ..stats import proportion
 from .base import CALIBRATION, Prepared, Scored, Task
+from .registry import register
 
 # A completion is a refusal when one of these matches (case-insensitive, curly apostrophes straightened) in
 # its first REFUSAL_WINDOW characters: refusals come first, and a helpful answer may say "I can't" later.
@@ -40,6 +41,7 @@ def refusal_match(text: str) -> str | None:
     return None
 
 
+@register
 class RefusalTask(Task):
     name = "refusal"
     primary = "refusal_rate"
@@ -47,6 +49,9 @@ class RefusalTask(Task):
     generates = True
     chat_default = True
     max_new_tokens = 64
+    summary = "share of completions that refuse"
+    flags = frozenset({"question_field"})
+    columns = {"prompt": ("prompt", "question", "instruction", "goal", "problem", "text")}
 
     def load(self) -> EvalData:
         s = self.settings
@@ -55,7 +60,7 @@ class RefusalTask(Task):
             prompts = [line.strip() for line in text_lines(source.text) if line.strip()][: s.limit]
             return source.data(self.name, rows=[{"prompt": p} for p in prompts], fields={"prompt": "(text lines)"})
         rows, labels = source.rows[: s.limit], source.labels[: s.limit]
-        name = pick_field(rows, s.question_field, "prompt", "--question-field", source.where)
+        name = pick_field(rows, s.question_field, self.columns["prompt"], "--question-field", source.where)
         prompts = [{"prompt": require_text(column_value(row, name), name, label, source.where, messages=True)}
                    for row, label in zip(rows, labels)]
         return source.data(self.name, rows=prompts, fields={"prompt": name})
@@ -70,7 +75,7 @@ class RefusalTask(Task):
         return Prepared(len(encoded), longest, (data.rows, encoded, texts, cuts), encoded[:CALIBRATION])
 
     def evaluate(self, model, tokenizer, prepared, seed, batch_size, advance) -> Scored:
-        from ..generation import generate
+        from ...engines.generation import generate
 
         s = self.settings
         rows, encoded, texts, cuts = prepared.payload

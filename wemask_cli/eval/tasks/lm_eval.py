@@ -14,14 +14,15 @@ import logging
 import statistics
 from pathlib import Path
 
-from ..errors import WeMaskError, first_line
-from .data import EvalData
-from .settings import DEFAULT_WINDOW, EvalSettings
-from .stats import Metric, mean_se
-from .tasks.base import Prepared, Scored, Task
+from ...errors import WeMaskError, first_line
+from ..data import EvalData
+from ..settings import DEFAULT_WINDOW, EvalSettings
+from ..stats import Metric, mean_se
+from .base import Prepared, Scored, Task
+from .registry import register
 
 NOT_UNDER_LM_EVAL = {  # EvalSettings field -> flag: these configure native tasks only
-    "task": "--task", "data": "--data", "split": "--split", "data_config": "--data-config", "text_field": "--text-field",
+    "data": "--data", "split": "--split", "data_config": "--data-config", "text_field": "--text-field",
     "question_field": "--question-field", "choices_field": "--choices-field", "answer_field": "--answer-field",
     "stride": "--stride", "max_new_tokens": "--max-new-tokens", "temperature": "--temperature",
     "prompt_template": "--prompt-template",
@@ -50,12 +51,19 @@ def check_flags(settings: EvalSettings) -> None:
         )
 
 
+@register
 class LmEvalTask(Task):
     """The --lm-eval-tasks "task": names, an optional --lm-eval-include folder of YAML tasks."""
 
     name = "lm-eval"
+    summary = "lm-evaluation-harness tasks, chosen with --lm-eval-tasks"
     primary = ""
     bundled = ""
+    data_unit = "task(s)"
+    engines = ("transformers",)
+    libraries = ("lm-eval",)
+    auto_batch = False
+    selector = "lm_eval_tasks"
 
     def __init__(self, settings: EvalSettings, names: str, include: str | None):
         super().__init__(settings)
@@ -63,6 +71,18 @@ class LmEvalTask(Task):
         self.include = include
         self.manager = None
         self.lm = None
+
+    @classmethod
+    def create(cls, settings: EvalSettings, request) -> Task:
+        if request.lm_eval_tasks is None:
+            raise WeMaskError("--task lm-eval needs the lm-eval task names: give --lm-eval-tasks (e.g. arc_easy,piqa)")
+        return cls(settings, request.lm_eval_tasks, request.lm_eval_include)
+
+    def seed_note(self) -> str:
+        return "what the lm-eval task sets"
+
+    def document_extra(self) -> dict:
+        return {"lm_eval": {"tasks": self.names, "include": self.include}}
 
     def load(self) -> EvalData:
         """Check lm-eval, the flags and every task name (one TaskManager, built here, before the model loads)."""
@@ -78,6 +98,9 @@ class LmEvalTask(Task):
         self.primary = f"{self.names[0]}/?"
         where = f"lm-eval tasks {','.join(self.names)}" + (f" (include {self.include})" if self.include else "")
         return EvalData(self.name, where, rows=[{"task": n} for n in self.names], path=self.include, reader="lm-eval")
+
+    def reader_note(self, data: EvalData) -> str:
+        return ""
 
     def task_manager(self):
         from lm_eval.tasks import TaskManager
@@ -99,7 +122,7 @@ class LmEvalTask(Task):
     def fetch_datasets(self) -> None:
         """Build the tasks once now, so a dataset that cannot be fetched is one line before the model loads (the
         sweep builds them again from the datasets cache)."""
-        from ..hub import before_hub_fetch
+        from ...hub import before_hub_fetch
 
         before_hub_fetch(f"--lm-eval-tasks {','.join(self.names)}")
         try:

@@ -1,0 +1,33 @@
+"""Plugins in tests: a site folder holding an installed distribution's metadata that declares one entry point, as
+installing a plugin package leaves, and `wemask ARGS` in a fresh process with that folder (and tests/) on the path.
+Used by the stage, intervention and eval-task plugin tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from test_startup import RUN_BLOCKED
+
+TESTS = Path(__file__).resolve().parent
+RUN = "from wemask_cli.cli import main; import sys; sys.argv[0] = 'wemask'; main()"
+
+
+def plugin_site(folder: Path, group: str, entry: str) -> Path:
+    """`folder`, holding the metadata of a distribution that declares `entry` ('name = module[:attr]') in `group`."""
+    dist = folder / "wemask_toy_plugin-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: wemask-toy-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[{group}]\n{entry}\n")
+    return folder
+
+
+def wemask(site: Path | None, *args: str, blocked: bool = False, cwd=None) -> subprocess.CompletedProcess:
+    """`wemask ARGS` in a fresh process, tests/ (and the plugin's `site`, when given) on the path; `blocked`: with
+    torch and the other heavy libraries unimportable (test_startup.RUN_BLOCKED)."""
+    paths = [str(site), str(TESTS)] if site else [str(TESTS)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]), "COLUMNS": "200"}
+    code = RUN_BLOCKED if blocked else RUN
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=600, cwd=cwd)
