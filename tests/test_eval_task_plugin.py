@@ -79,3 +79,10 @@ def test_builtin_task_declarations_drive_the_settings_checks():
         EvalSettings(task="math", choices_field="opts").resolved()
     with pytest.raises(Exception, match="--text-field applies to the perplexity task, not to refusal"):
         EvalSettings(task="refusal", text_field="body").resolved()
+
+
+def test_the_lm_eval_task_is_registered_and_needs_its_own_flag():
+    """tasks/lm_eval.py is a registered task chosen by --lm-eval-tasks; `--task lm-eval` alone names that flag."""
+    assert registry.tasks()["lm-eval"].selector == "lm_eval_tasks"
+    done = wemask(None, "eval", "--task", "lm-eval", blocked=True)
+    assert done.returncode == 2 and "--task lm-eval needs the lm-eval task names: give --lm-eval-tasks" in done.stderr, done.stderr

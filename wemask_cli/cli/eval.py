@@ -20,6 +20,15 @@ def tasks_with(test) -> str:
     return "/".join(accepting(test))
 
 
+def declaring(name: str) -> str:
+    """The registered tasks that declare the task flag `name` (tasks.base.TASK_FLAGS), for its help."""
+    return tasks_with(lambda cls: name in cls.flags)
+
+
+GENERATING, FEWSHOT, TEMPLATED = (tasks_with(lambda c: c.generates), tasks_with(lambda c: c.fewshot),
+                                  tasks_with(lambda c: c.template is not None))
+
+
 # One parameter per flag (typer): long by nature, no logic here.
 def eval_(
     model: ModelOpt = None,
@@ -44,32 +53,37 @@ def eval_(
     quantize: Annotated[Text, typer.Option(help=quantize_help())] = None,
     fp4_block_size: Annotated[int, typer.Option(help=block_size_help())] = DEFAULT_BLOCK_SIZE,
     smoothquant: Annotated[Optional[float], typer.Option(help="--quantize: SmoothQuant α in [0, 1], calibrated on the task's first sequences.")] = None,
-    seeds: Annotated[int, typer.Option(help=f"Seeds per setting ({tasks_with(lambda c: c.generates)}: sampled at --temperature; the others are deterministic: 1).")] = 1,
+    seeds: Annotated[int, typer.Option(help=f"Seeds per setting ({GENERATING}: sampled at --temperature; the others are deterministic: 1).")] = 1,
     limit: Annotated[Optional[int], typer.Option(help="Use the first N examples (perplexity: N windows).")] = None,
     batch_size: Annotated[str, typer.Option(help="Sequences per forward / generate call, or 'auto' (the largest that fits).")] = "8",
-    num_fewshot: Annotated[int, typer.Option(help=f"{tasks_with(lambda c: c.fewshot)} (and lm-eval): k solved examples before each question, drawn with --fewshot-seed.")] = 0,
+    num_fewshot: Annotated[int, typer.Option(help=f"{FEWSHOT} (and lm-eval): k solved examples before each question, drawn with --fewshot-seed.")] = 0,
     fewshot_seed: Annotated[int, typer.Option(help="Seed of the few-shot draw (recorded).")] = 1234,
     max_new_tokens: Annotated[Optional[int], typer.Option(help="Generation length (default math 256, refusal 64).")] = None,
     temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature (default 0 = greedy; 0.7 when --seeds > 1).")] = None,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling when sampling.")] = 1.0,
-    window: Annotated[Optional[int], typer.Option(help=f"{tasks_with(lambda c: 'window' in c.flags)}: the longest window in tokens (default 256).")] = None,
-    stride: Annotated[Optional[int], typer.Option(help=f"{tasks_with(lambda c: 'stride' in c.flags)}: new tokens scored per later window (default: the window; less overlaps context).")] = None,
-    text_field: Annotated[Text, typer.Option(help=f"{tasks_with(lambda c: 'text_field' in c.flags)}: text column (default text; dotted paths work).")] = None,
+    window: Annotated[Optional[int], typer.Option(help=f"{declaring('window')}: the longest window in tokens (default 256).")] = None,
+    stride: Annotated[Optional[int], typer.Option(
+        help=f"{declaring('stride')}: new tokens scored per later window (default: the window; less overlaps context).")] = None,
+    text_field: Annotated[Text, typer.Option(help=f"{declaring('text_field')}: text column (default text; dotted paths work).")] = None,
     question_field: Annotated[
         Text,
-        typer.Option("--question-field", "--prompt-field", help=f"{tasks_with(lambda c: 'question_field' in c.flags)}: question / prompt column or dotted path (default question, problem, goal, ctx, prompt...)."),
+        typer.Option("--question-field", "--prompt-field", 
+                     help=f"{declaring('question_field')}: question / prompt column or dotted path (default question, problem, goal, ctx, "
+                     "prompt...)."),
     ] = None,
     choices_field: Annotated[
         Text,
-        typer.Option(help=f"{tasks_with(lambda c: 'choices_field' in c.flags)}: options column (a list or ARC's text/label dict), a comma list of columns like sol1,sol2, or a dotted path."),
+        typer.Option(help=f"{declaring('choices_field')}: options column (a list or ARC's text/label dict), a comma list of columns like "
+                     "sol1,sol2, or a dotted path."),
     ] = None,
     answer_field: Annotated[
         Text,
-        typer.Option(help=f"{tasks_with(lambda c: 'answer_field' in c.flags)}: answer column or dotted path (choice: index, letter, label or option text; math: GSM8K '#### N', a bare answer, "
-                     "reward_model.ground_truth)."),
+        typer.Option(help=f"{declaring('answer_field')}: answer column or dotted path (choice: index, letter, label or option text; math: "
+                     "GSM8K '#### N', a bare answer, reward_model.ground_truth)."),
     ] = None,
     prompt_template: Annotated[
-        Text, typer.Option(help=f"{tasks_with(lambda c: c.template is not None)}: prompt with a {{question}} placeholder (choice default: 'Question: {{question}}\\nAnswer:').")
+        Text,
+        typer.Option(help=f"{TEMPLATED}: prompt with a {{question}} placeholder (choice default: 'Question: {{question}}\\nAnswer:')."),
     ] = None,
     chat_template: Annotated[
         Optional[bool],

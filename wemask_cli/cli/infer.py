@@ -37,24 +37,20 @@ def infer(
 
     Without --mask-rate, the wemask_config.json saved in the model directory is applied, else no mask.
     """
-    from ..commands.infer import GenerationSettings, load_for_infer, read_prompts, run_infer, write_jsonl
+    from ..commands.infer import GenerationSettings, InferRequest
+    from ..commands.infer import infer as run_infer_command
     from ..masking import MaskRequest
-    from ..outputs import check_output_file
     from ..render.common import console, err_console
     from ..render.infer import completions_table
 
-    request = MaskRequest.parse(mask_rate, me_layer, select, layers, strength, tokens)
-    settings = GenerationSettings(max_new_tokens, temperature, top_p, seed, batch_size, chat_template)
-    if output is not None:
-        check_output_file(output, overwrite=overwrite, flag="--output", inputs=[("--input", input)])
-    prompts = read_prompts(prompt, input)
-    with err_console.status("Loading model..." if engine == "transformers" else f"Loading model in {engine}..."):
-        loaded, configs = load_for_infer(model, dtype, request, engine)  # torch: only once flags and inputs are good
-    with err_console.status(f"Generating {len(prompts)} prompt(s) x {len(configs)} setting(s)..."):
-        records = run_infer(loaded, prompts, configs, settings)
+    request = InferRequest(
+        model=model, mask=MaskRequest.parse(mask_rate, me_layer, select, layers, strength, tokens),
+        settings=GenerationSettings(max_new_tokens, temperature, top_p, seed, batch_size, chat_template), prompts=prompt,
+        input=input, output=output, overwrite=overwrite, dtype=dtype, engine=engine,
+    )
+    records = run_infer_command(request)
     console.print(completions_table(records))
     if output:
-        write_jsonl(records, output)
         err_console.print(f"Wrote {len(records)} records to {output}")
 
 

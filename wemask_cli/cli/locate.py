@@ -7,7 +7,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import WeMaskError
 from ..prompts import PROMPT_FILE_LAYOUTS
 from ..ranks import main_only
 from .options import DtypeOpt, ModelOpt, ReplaceOpt
@@ -35,35 +34,26 @@ def locate(
     Prints per-layer statistics (the ME-layer metrics of WeMask, arXiv:2605.08504; attention and residual sinks,
     arXiv:2601.22966) and a verdict.
     """
-    from ..commands.locate import load_prompts, run_locate
+    from ..commands.locate import LocateRequest
+    from ..commands.locate import locate as run_locate_command
     from ..masking import parse_mask_rates
-    from ..models import load_model
-    from ..outputs import atomic_write_json, check_output_file
-    from ..progress import task as progress_task
     from ..render.common import console, err_console
     from ..render.locate import locate_plot, locate_table, mask_rates_table
 
-    rates = parse_mask_rates(",".join(mask_rate)) if mask_rate else []
-    if plot is not None and plot.suffix.lower() != ".png":
-        raise WeMaskError(f"--plot {plot}: the plot is a PNG, give a file name ending in .png")
-    for path, flag in ((json_out, "--json"), (plot, "--plot")):
-        if path is not None:
-            check_output_file(path, overwrite=overwrite, flag=flag, inputs=[("--prompts", prompts), ("--dataset", dataset)])
-    texts = load_prompts(prompts, dataset, text_field, num_prompts)
-    with err_console.status("Loading model..."):
-        loaded = load_model(model, dtype=dtype)
-    with progress_task("Measuring layers (prompts)", len(texts) * (1 + len(rates))) as advance:
-        report = run_locate(loaded, texts, max_length=max_length, batch_size=batch_size, mask_rates=rates, progress=advance)
+    request = LocateRequest(
+        model=model, prompts=prompts, dataset=dataset, text_field=text_field, num_prompts=num_prompts, max_length=max_length,
+        batch_size=batch_size, mask_rates=parse_mask_rates(",".join(mask_rate)) if mask_rate else [], json_out=json_out,
+        plot=plot, dtype=dtype, overwrite=overwrite,
+    )
+    report, written = run_locate_command(request, plot=locate_plot)
     console.print(locate_table(report, console.width))
     if report["mask_rates"]:
         console.print(mask_rates_table(report))
-    elif rates:
+    elif request.mask_rates:
         err_console.print("No ME layer found: --mask-rate was not measured.")
     console.print(report["verdict"])
-    if json_out:
-        err_console.print(f"Wrote {atomic_write_json(json_out, report)}")
-    if plot:
-        err_console.print(f"Wrote {locate_plot(report, plot)}")
+    for path in written:
+        err_console.print(f"Wrote {path}")
 
 
 def register(app: typer.Typer) -> None:

@@ -135,14 +135,7 @@ class TrlSpellingCommand(TyperCommand):
 def register(app: typer.Typer) -> None:
     """A command per trainer stage in the registry (train/stages.py): the built-in ones and the plugins'. A broken
     plugin is one warning line, and the other commands still work."""
-    from ..errors import WeMaskError
-    from ..progress import warn
-    from ..train.stages import builtin_specs, stage_specs
+    from ..train.stages import stage_specs
 
-    try:
-        specs = stage_specs()
-    except WeMaskError as err:
-        warn(f"{err} (plugin stages left out)")
-        specs = builtin_specs()
-    for spec in specs.values():
+    for spec in stage_specs().values():
         training_command(app, spec)

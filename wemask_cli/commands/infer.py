@@ -122,3 +122,37 @@ def write_jsonl(records: list[dict], path: Path) -> Path:
     """One strict-JSON line per record, written atomically."""
     lines = (json.dumps(json.loads(dumps_strict(record))) + "\n" for record in records)
     return atomic_write_text(path, "".join(lines))
+
+
+@dataclass
+class InferRequest:
+    """Everything `wemask infer` was asked, parsed: `mask` is a masking.MaskRequest."""
+
+    model: str | None
+    mask: object
+    settings: GenerationSettings
+    prompts: list[str] | None = None
+    input: Path | None = None
+    output: Path | None = None
+    overwrite: bool = False
+    dtype: str = "auto"
+    engine: str = "transformers"
+
+
+def infer(request: InferRequest) -> list[dict]:
+    """The whole command: --output and the prompts checked before the model loads, every prompt generated at every
+    setting, --output written. Returns the records (the CLI renders them)."""
+    from ..outputs import check_output_file
+    from ..progress import status
+
+    if request.output is not None:
+        check_output_file(request.output, overwrite=request.overwrite, flag="--output", inputs=[("--input", request.input)])
+    prompts = read_prompts(request.prompts, request.input)
+    engine = request.engine
+    with status("Loading model..." if engine == "transformers" else f"Loading model in {engine}..."):
+        loaded, configs = load_for_infer(request.model, request.dtype, request.mask, engine)  # torch: once inputs are good
+    with status(f"Generating {len(prompts)} prompt(s) x {len(configs)} setting(s)..."):
+        records = run_infer(loaded, prompts, configs, request.settings)
+    if request.output:
+        write_jsonl(records, request.output)
+    return records

@@ -10,6 +10,7 @@ massive_tokens (see massive.py; null without an ME layer), interventions (the sa
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -228,3 +229,46 @@ def verdict(report: dict) -> str:
     if report.get("massive_tokens"):
         text += massive.describe(report["massive_tokens"])
     return text
+
+
+@dataclass
+class LocateRequest:
+    """Everything `wemask locate` was asked, parsed (`mask_rates`: the rates, already checked)."""
+
+    model: str | None = None
+    prompts: Path | None = None
+    dataset: str | None = None
+    text_field: str = "text"
+    num_prompts: int | None = None
+    max_length: int = 256
+    batch_size: int = 8
+    mask_rates: list[float] = field(default_factory=list)
+    json_out: Path | None = None
+    plot: Path | None = None
+    dtype: str = "auto"
+    overwrite: bool = False
+
+
+def locate(request: LocateRequest, plot: Callable[[dict, Path], Path] | None = None) -> tuple[dict, list[Path]]:
+    """The whole command: outputs and prompts checked before the model loads, the report measured, --json written and
+    --plot drawn by `plot` (the CLI's renderer). Returns (the report, the files written)."""
+    from ..models import load_model
+    from ..outputs import atomic_write_json, check_output_file
+    from ..progress import status, task
+
+    if request.plot is not None and request.plot.suffix.lower() != ".png":
+        raise WeMaskError(f"--plot {request.plot}: the plot is a PNG, give a file name ending in .png")
+    inputs = [("--prompts", request.prompts), ("--dataset", request.dataset)]
+    for path, flag in ((request.json_out, "--json"), (request.plot, "--plot")):
+        if path is not None:
+            check_output_file(path, overwrite=request.overwrite, flag=flag, inputs=inputs)
+    texts = load_prompts(request.prompts, request.dataset, request.text_field, request.num_prompts)
+    with status("Loading model..."):
+        loaded = load_model(request.model, dtype=request.dtype)
+    with task("Measuring layers (prompts)", len(texts) * (1 + len(request.mask_rates))) as advance:
+        report = run_locate(loaded, texts, max_length=request.max_length, batch_size=request.batch_size,
+                            mask_rates=request.mask_rates, progress=advance)
+    written = [atomic_write_json(request.json_out, report)] if request.json_out else []
+    if request.plot and plot is not None:
+        written.append(plot(report, request.plot))
+    return report, written

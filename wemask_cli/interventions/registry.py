@@ -10,14 +10,13 @@ imported the first time the kinds are read. Trainers, infer and eval read `flag_
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import entry_points
 
+from ..plugins import load_plugins
 from .base import FlagSpec, Intervention, InterventionConfigError
 
 KINDS: dict[str, type[Intervention]] = {}
 BUILTIN = ("wemask", "gated_norm", "pre_affine", "gated_attention")  # modules of this package, in install order
 PLUGIN_GROUP = "wemask.interventions"  # entry points naming modules (or classes) that register more kinds
-_plugins_loaded = False
 
 
 def register(cls: type[Intervention]) -> type[Intervention]:
@@ -29,21 +28,11 @@ def register(cls: type[Intervention]) -> type[Intervention]:
 
 
 def _load_kinds() -> None:
-    """Import the built-in kinds, and once per process the plugins' (entry-point group `wemask.interventions`)."""
-    global _plugins_loaded
+    """Import the built-in kinds, and once per process the plugins' (entry-point group `wemask.interventions`):
+    importing a plugin's module registers its kinds."""
     for name in BUILTIN:
         importlib.import_module(f".{name}", __package__)
-    if _plugins_loaded:
-        return
-    _plugins_loaded = True
-    for point in entry_points(group=PLUGIN_GROUP):
-        try:
-            point.load()  # importing the module registers its kinds
-        except (ImportError, AttributeError) as err:  # the CLI still starts, without that plugin's kinds and flags
-            from ..progress import warn
-
-            warn(f"the intervention plugin {point.name} = {point.value!r} ({PLUGIN_GROUP}) cannot be loaded ({err}): "
-                 "it is left out; fix or uninstall the package that declares it")  # fmt: skip
+    load_plugins(PLUGIN_GROUP, "intervention")
 
 
 def kinds() -> dict[str, type[Intervention]]:

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Any
 
 from ..data.formats import TrainingData
-from ..errors import WeMaskError
+from ..plugins import left_out, load_plugins
 
 PLUGIN_GROUP = "wemask.stages"
 BUILTIN = ("sft", "dpo", "grpo")  # modules of this package, each with a STAGE spec, in `wemask --help` order
@@ -72,26 +71,15 @@ class StageSpec:
         return getattr(importlib.import_module(module), attr)
 
 
-_plugins: dict[str, StageSpec] | None = None
-
-
 def _plugin_specs() -> dict[str, StageSpec]:
-    """The specs named by the entry points of `wemask.stages`, loaded once per process."""
-    global _plugins
-    if _plugins is None:
-        _plugins = {}
-        for point in entry_points(group=PLUGIN_GROUP):
-            try:
-                spec = point.load()
-            except (ImportError, AttributeError) as err:
-                raise WeMaskError(
-                    f"the trainer stage plugin {point.name} = {point.value!r} ({PLUGIN_GROUP}) cannot be loaded: {err}; "
-                    "fix or uninstall the package that declares it"
-                ) from None
-            if not isinstance(spec, StageSpec):
-                raise WeMaskError(f"the trainer stage plugin {point.name} = {point.value!r} ({PLUGIN_GROUP}) is not a StageSpec")
-            _plugins[spec.name] = spec
-    return _plugins
+    """The specs named by the entry points of `wemask.stages` (loaded once per process); anything else is left out."""
+    specs = {}
+    for name, spec in load_plugins(PLUGIN_GROUP, "trainer stage"):
+        if isinstance(spec, StageSpec):
+            specs[spec.name] = spec
+        else:
+            left_out("trainer stage", name, PLUGIN_GROUP, "is not a StageSpec")
+    return specs
 
 
 def builtin_specs() -> dict[str, StageSpec]:
@@ -103,6 +91,7 @@ def stage_specs() -> dict[str, StageSpec]:
     found = builtin_specs()
     for name, spec in _plugin_specs().items():
         if name in found:
-            raise WeMaskError(f"the trainer stage plugin {spec.stage_class} takes the name {name!r} of a built-in stage: rename it")
-        found[name] = spec
+            left_out("trainer stage", spec.stage_class, PLUGIN_GROUP, f"takes the name {name!r} of a built-in stage")
+        else:
+            found[name] = spec
     return found

@@ -9,9 +9,9 @@ Settings, flags, data and the eval command read the classes' declarations; they 
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import entry_points
 
 from ...errors import WeMaskError
+from ...plugins import load_plugins
 from .base import TASK_FLAGS, Task
 
 __all__ = ["TASK_FLAGS", "TASKS", "accepting", "applies_to", "register", "task_class", "task_help", "tasks"]
@@ -19,7 +19,6 @@ __all__ = ["TASK_FLAGS", "TASKS", "accepting", "applies_to", "register", "task_c
 TASKS: dict[str, type[Task]] = {}
 BUILTIN = ("perplexity", "choice", "math", "refusal", "lm_eval")  # modules of this package, in listing order
 PLUGIN_GROUP = "wemask.eval_tasks"  # entry points naming modules that register more tasks
-_plugins_loaded = False
 
 
 def register(cls: type[Task]) -> type[Task]:
@@ -34,21 +33,11 @@ def register(cls: type[Task]) -> type[Task]:
 
 
 def _load_tasks() -> None:
-    """Import the built-in tasks, and once per process the plugins' (entry-point group `wemask.eval_tasks`)."""
-    global _plugins_loaded
+    """Import the built-in tasks, and once per process the plugins' (entry-point group `wemask.eval_tasks`):
+    importing a plugin's module registers its tasks."""
     for name in BUILTIN:
         importlib.import_module(f".{name}", __package__)
-    if _plugins_loaded:
-        return
-    _plugins_loaded = True
-    for point in entry_points(group=PLUGIN_GROUP):
-        try:
-            point.load()  # importing the module registers its tasks
-        except (ImportError, AttributeError) as err:  # the CLI still starts, without that plugin's tasks
-            from ...progress import warn
-
-            warn(f"the eval task plugin {point.name} = {point.value!r} ({PLUGIN_GROUP}) cannot be loaded ({err}): "
-                 "it is left out; fix or uninstall the package that declares it")  # fmt: skip
+    load_plugins(PLUGIN_GROUP, "eval task")
 
 
 def tasks() -> dict[str, type[Task]]:

@@ -1,0 +1,37 @@
+"""cli/ only parses flags and renders: a command function imports from commands/ (one call does the work), render/,
+and the parsers; never the model loader, output writers, progress or torch (issue 20)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+CLI = Path(__file__).resolve().parent.parent / "wemask_cli" / "cli"
+WORKERS = {"models", "outputs", "progress", "torch", "transformers", "method", "engines"}
+
+
+def imported_modules(function: ast.FunctionDef) -> list[str]:
+    """The modules a function imports inside its body, relative dots dropped (`..models` -> models)."""
+    found = []
+    for node in ast.walk(function):
+        if isinstance(node, ast.ImportFrom):
+            found.append(node.module or "")
+        elif isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+    return found
+
+
+@pytest.mark.parametrize("module, command", [("locate", "locate"), ("infer", "infer"), ("eval", "eval_")])
+def test_a_cli_command_parses_calls_one_command_and_renders(module, command):
+    tree = ast.parse((CLI / f"{module}.py").read_text())
+    function = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == command)
+    modules = imported_modules(function)
+    assert not [m for m in modules if m.split(".")[0] in WORKERS], modules
+    commands = [m for m in modules if m.startswith("commands.")]
+    assert set(commands) == {f"commands.{module}"}, modules
+    calls = [node.func.id for node in ast.walk(function) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)]
+    runners = {alias.asname or alias.name for node in ast.walk(function) if isinstance(node, ast.ImportFrom)
+               and node.module == f"commands.{module}" for alias in node.names if not alias.name[0].isupper()}
+    assert len([call for call in calls if call in runners]) == 1, (runners, calls)
