@@ -12,7 +12,7 @@ import torch
 
 from ..engines import engine_of
 from ..errors import WeMaskError
-from ..method.batch import pad
+from ..method.batch import pad, positions_of
 
 AUTO_BATCH_START = 64
 
@@ -157,14 +157,8 @@ def _score_group_batch(model, groups, pad_id: int) -> list[list[float]]:
     """One batch of score_options: a context forward with the cache, then one forward of the longer options."""
     device = model_device(model)
     lengths = [len(context) for context, _ in groups]
-    width = max(lengths)
-    ids = torch.full((len(groups), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(groups), width), dtype=torch.long)
-    for row, (context, _) in enumerate(groups):
-        ids[row, width - len(context) :] = torch.tensor(context)
-        mask[row, width - len(context) :] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
+    ids, mask = pad([context for context, _ in groups], pad_id, "left")
+    out = model(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions_of(mask).to(device),
                 use_cache=True, logits_to_keep=1)
     last = torch.log_softmax(out.logits[:, -1].float(), dim=-1).cpu()
     rows = [(row, option) for row, (_, options) in enumerate(groups) for option in options]

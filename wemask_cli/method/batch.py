@@ -1,4 +1,5 @@
-"""Batches of token sequences: padding to one width on either side, and the pad token a tokenizer uses."""
+"""Batches of token sequences: padding to one width on either side, the position ids of a padded batch, and the pad
+token a tokenizer uses."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ def pad(rows: Sequence[Sequence[int]], pad_id: int, side: str = "right") -> tupl
         ids[b, span] = torch.tensor(row, dtype=torch.long)
         mask[b, span] = 1
     return ids, mask
+
+
+def positions_of(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids counted over real tokens only (0 at each row's first real token; pads get 0 and are masked)."""
+    return (mask.cumsum(-1) - 1).clamp_min(0)
 
 
 def pad_id_of(tokenizer) -> int:

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from .arch import LayerParts, base_model, resolve_layers
-from .batch import pad
+from .batch import pad, positions_of
 from .metrics import (
     Tokens,
     concentration,
@@ -227,8 +227,7 @@ def collect_stats(
             ids, mask = ids.to(device), mask.to(device)
             recorder.rows = torch.tensor(rows)
             recorder.tokens = Tokens.from_mask(mask)
-            positions = (mask.cumsum(-1) - 1).clamp_min(0)
-            decoder(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False)
+            decoder(input_ids=ids, attention_mask=mask, position_ids=positions_of(mask), use_cache=False)
             recorder.normed.clear()
             recorder.branch.clear()
             if progress is not None:
