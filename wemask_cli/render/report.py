@@ -46,7 +46,9 @@ def _table(merged: list[dict], title: str, metrics: list[str], wide: bool) -> Ta
     table = Table(title=title)
     for name in LABELS + (tuple(metrics) if wide else ("metric", "value")):
         numeric = name not in ("setting", "runs", "metric")
-        table.add_column(name, justify="right" if numeric else "left", overflow="fold", no_wrap=numeric and name != "r")
+        whole = name == "metric"  # a metric name stays on one line; the setting and run names wrap at word breaks
+        table.add_column(name, justify="right" if numeric else "left", overflow="fold", no_wrap=(numeric and name != "r") or whole,
+                         min_width=max(map(len, metrics)) if whole else None)
     groups: dict[tuple, dict] = {}
     for row in merged:
         groups.setdefault((row["line"], row["mask_rate"]), {})[row["metric"]] = row
