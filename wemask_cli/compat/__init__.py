@@ -1,0 +1,44 @@
+"""Every touch of another library's private API, one module per library (vllm.py, trl.py, accelerate.py, ...).
+
+Each module names the versions its patches were verified on and reaches the private names only through `require`,
+which checks at run time that the name exists (and, for a callable, takes the expected parameters). A library
+release that moved an internal is then one line naming the library, its version and the fix, never a silent
+no-op or a wrong result. Imports nothing heavy: each library module imports its library itself."""
+
+from __future__ import annotations
+
+import inspect
+
+from ..errors import WeMaskError
+from ..versions import library_versions
+
+
+class CompatError(WeMaskError):
+    """An internal of another library that wemask relies on is missing or changed in the installed release."""
+
+
+def require(library: str, owner, attr: str, *, params: tuple[str, ...] = (), verified: str = "") -> object:
+    """`owner.attr` (owner a module or class of `library`), checked to exist and, for a callable, to accept the
+    parameters `params`; otherwise one CompatError naming the installed and the verified versions."""
+    value = getattr(owner, attr, None)
+    where = f"{getattr(owner, '__module__', None) or getattr(owner, '__name__', owner)}.{attr}"
+    if value is None:
+        raise incompatible(library, f"{where} no longer exists", verified)
+    if params:
+        try:
+            accepted = inspect.signature(value).parameters
+        except (TypeError, ValueError):
+            accepted = {}
+        missing = [name for name in params if name not in accepted]
+        if missing:
+            raise incompatible(library, f"{where} no longer takes {', '.join(missing)}", verified)
+    return value
+
+
+def incompatible(library: str, what: str, verified: str) -> CompatError:
+    """The one-line error for an internal that moved: the library's installed version and what to install instead."""
+    installed = library_versions((library,))[library] or "not installed"
+    known = f" (wemask was verified on {library} {verified})" if verified else ""
+    return CompatError(
+        f"{library} {installed}: {what}{known}; install a verified {library} release, or report this to wemask"
+    )
