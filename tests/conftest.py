@@ -126,3 +126,11 @@ def run_main(monkeypatch, capsys, *args) -> tuple[int, str, str]:
         code = exit_info.code or 0
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def pytest_collection_modifyitems(items):
+    """Every test of a module that uses tests/vllm_support.py needs vLLM: mark it `vllm`, so that `make test` runs it
+    in the "vllm" environment (and leaves it out of "current", which has no vLLM)."""
+    for item in items:
+        if getattr(item.module, "require_vllm", None) is not None:
+            item.add_marker(pytest.mark.vllm)

