@@ -22,9 +22,11 @@ CHAT = [{"role": "user", "content": "What is 12 plus 30?"}]
 
 
 @pytest.fixture(autouse=True)
-def own_cache(monkeypatch, tmp_path):
-    """GGUF conversions go to this test's cache folder ($WEMASK_CACHE, as a user would set it)."""
-    monkeypatch.setenv("WEMASK_CACHE", str(tmp_path / "cache"))
+def own_cache(request, monkeypatch, tmp_path):
+    """The tiny GGUF conversions go to this test's cache folder ($WEMASK_CACHE, as a user would set it); the embedded
+    model stays in the user's cache."""
+    if request.node.get_closest_marker("embedded") is None:
+        monkeypatch.setenv("WEMASK_CACHE", str(tmp_path / "cache"))
 
 
 @pytest.fixture(scope="module")
