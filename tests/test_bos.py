@@ -12,7 +12,7 @@ import pytest
 from bos_support import BOS_TEMPLATE, PLAIN_TEMPLATE, write_bos_folder, write_bos_gguf
 from conftest import run_main
 
-from wemask_cli.bos import GGUF_RECORD, adds_bos
+from wemask_cli.bos import GGUF_RECORD, adds_bos, gguf_fields
 from wemask_cli.models import converted_gguf_dir, load_model
 from wemask_cli.prompts import encode, encode_left_truncated
 
@@ -82,6 +82,17 @@ def test_a_gguf_that_asks_for_no_bos_gets_none(tmp_path, flag):
     tokenizer = load_model(str(write_bos_gguf(tmp_path / "m.gguf", add_bos=flag, template=PLAIN_TEMPLATE))).tokenizer
     assert not adds_bos(tokenizer) and encode(tokenizer, ["Hello world"], 64)[0][0] != BOS_ID
     assert tokenizer.chat_template == PLAIN_TEMPLATE
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_the_gguf_header_reads_as_gguf_py_reads_it(tmp_path, flag):
+    from gguf import GGUFReader
+
+    path = write_bos_gguf(tmp_path / "m.gguf", add_bos=flag)
+    fields = GGUFReader(str(path)).fields
+    scalars = {key for key, field in fields.items() if len(field.types) == 1 and not key.startswith("GGUF.")}  # not arrays
+    assert gguf_fields(path, scalars) == {key: fields[key].contents() for key in scalars}
+    assert gguf_fields(path, {"tokenizer.ggml.add_bos_token"}) == {"tokenizer.ggml.add_bos_token": flag}
 
 
 def test_a_conversion_made_before_the_fix_is_repaired_on_load(tmp_path):

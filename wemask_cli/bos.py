@@ -9,6 +9,8 @@ every consumer (wemask's prompts, TRL's SFT/DPO/GRPO tokenization, lm-eval) sees
 from __future__ import annotations
 
 import json
+import mmap
+import struct
 from pathlib import Path
 
 from .progress import warn
@@ -16,6 +18,8 @@ from .progress import warn
 TOKENIZER_CONFIG = "tokenizer_config.json"
 ADD_BOS = "add_bos_token"  # tokenizer_config.json's key, and GGUF_RECORD's
 GGUF_RECORD = "wemask_gguf_tokenizer.json"  # in a folder converted from a GGUF file: {"gguf": name, "add_bos_token": flag}
+GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+GGUF_STRING, GGUF_ARRAY = 8, 9  # the two variable-length metadata types
 PROBE_TEXT = "Hello"
 PROBE_CHAT = [{"role": "user", "content": PROBE_TEXT}]
 
@@ -24,19 +28,56 @@ def gguf_add_bos(path: Path) -> bool | None:
     """What a GGUF file says about BOS, read as transformers 5.24 reads it: `tokenizer.ggml.add_bos_token`; without
     it a SentencePiece ('llama') vocabulary adds BOS (llama.cpp's default); Gemma 4 adds none (its chat template writes
     `<bos>`); None when the file does not say."""
-    from gguf import GGUFReader
-
-    fields = GGUFReader(str(path)).fields
-
-    def value(key: str):
-        return fields[key].contents() if key in fields else None
-
-    vocabulary, flag = value("tokenizer.ggml.model"), value("tokenizer.ggml.add_bos_token")
+    fields = gguf_fields(path, {"tokenizer.ggml.model", "tokenizer.ggml.add_bos_token"})
+    vocabulary, flag = fields.get("tokenizer.ggml.model"), fields.get("tokenizer.ggml.add_bos_token")
     if vocabulary == "gemma4":
         return False
     if flag is None and vocabulary == "llama":
         return True
     return None if flag is None else bool(flag)
+
+
+def gguf_fields(path: Path, keys: set[str]) -> dict:
+    """The scalar and string values of `keys` in a GGUF file's metadata (v2/v3), read from its header alone: the
+    vocabulary arrays are skipped, not decoded (gguf-py's GGUFReader decodes them all: seconds on a 49k vocabulary)."""
+    with open(path, "rb") as stream, mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as blob:
+        if blob[:4] != b"GGUF":
+            raise ValueError(f"{Path(path).name} does not start with the GGUF magic bytes")
+        _, _, count = struct.unpack_from("<IQQ", blob, 4)
+        position, found = 24, {}
+        for _ in range(count):
+            key, position = gguf_string(blob, position)
+            (kind,) = struct.unpack_from("<I", blob, position)
+            value, position = gguf_value(blob, position + 4, kind)
+            if key in keys:
+                found[key] = value
+                if len(found) == len(keys):
+                    break
+        return found
+
+
+def gguf_string(blob, position: int) -> tuple[str, int]:
+    (length,) = struct.unpack_from("<Q", blob, position)
+    return blob[position + 8 : position + 8 + length].decode("utf-8", "replace"), position + 8 + length
+
+
+def gguf_value(blob, position: int, kind: int):
+    """(a metadata value, the offset after it); an array is skipped and reads as None."""
+    if kind in GGUF_SCALARS:
+        return struct.unpack_from(GGUF_SCALARS[kind], blob, position)[0], position + struct.calcsize(GGUF_SCALARS[kind])
+    if kind == GGUF_STRING:
+        return gguf_string(blob, position)
+    if kind != GGUF_ARRAY:
+        raise ValueError(f"GGUF metadata value of unknown type {kind}")
+    element, count = struct.unpack_from("<IQ", blob, position)
+    position += 12
+    if element in GGUF_SCALARS:
+        return None, position + count * struct.calcsize(GGUF_SCALARS[element])
+    if element != GGUF_STRING:
+        raise ValueError(f"GGUF metadata array of type {element}, which wemask cannot skip")
+    for _ in range(count):
+        position += 8 + struct.unpack_from("<Q", blob, position)[0]
+    return None, position
 
 
 def declared_add_bos(source: str, revision: str | None = None) -> bool | None:
@@ -91,7 +132,7 @@ def match_bos(tokenizer, add_bos: bool | None, source: str) -> None:
 
 def write_bos_in_chat_template(tokenizer) -> None:
     """When the tokenizer adds BOS: prefix `{{ bos_token }}` to a chat template that renders without it, so a chat
-    prompt starts as a text one does (a template that writes BOS itself is left as it is: one BOS, never two)."""
+    prompt starts as a text one does (a template that writes BOS anywhere is left as it is: one BOS, never two)."""
     template = getattr(tokenizer, "chat_template", None)
     if not isinstance(template, str) or not adds_bos(tokenizer):
         return
@@ -101,5 +142,5 @@ def write_bos_in_chat_template(tokenizer) -> None:
         rendered = tokenizer.apply_chat_template(PROBE_CHAT, add_generation_prompt=True, tokenize=False)
     except (TemplateError, ValueError, KeyError, TypeError):  # a template that wants other roles or variables
         return
-    if isinstance(rendered, str) and not rendered.startswith(tokenizer.bos_token):
+    if isinstance(rendered, str) and tokenizer.bos_token not in rendered:
         tokenizer.chat_template = "{{ bos_token }}" + template
