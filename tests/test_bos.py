@@ -146,13 +146,26 @@ def eval_tasks(folder: Path) -> dict[str, list[str]]:
         "math": ["--data", write_rows(folder / "math.jsonl", questions), "--max-new-tokens", "2", "--no-chat-template"],
         "math-chat": ["--task", "math", "--data", write_rows(folder / "math.jsonl", questions), "--max-new-tokens", "2"],
         "refusal": ["--limit", "2", "--max-new-tokens", "2", "--no-chat-template"],
+        "lm-eval": ["--lm-eval-tasks", "bos_choice", "--lm-eval-include", str(lm_eval_task(folder, choices))],
     }
 
 
-@pytest.mark.parametrize("task", ["perplexity", "choice", "choice-chat", "math", "math-chat", "refusal"])
+def lm_eval_task(folder: Path, rows: list[dict]) -> Path:
+    """A local lm-eval multiple-choice YAML task over `rows`."""
+    data = write_rows(folder / "lm_eval_choice.jsonl", rows)
+    (folder / "tasks").mkdir()
+    (folder / "tasks" / "bos_choice.yaml").write_text(
+        f"task: bos_choice\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\ntest_split: test\n"
+        'output_type: multiple_choice\ndoc_to_text: "{{question}}"\ndoc_to_choice: "{{choices}}"\ndoc_to_target: "{{answer}}"\n'
+        "metric_list:\n  - metric: acc\n"
+    )
+    return folder / "tasks"
+
+
+@pytest.mark.parametrize("task", ["perplexity", "choice", "choice-chat", "math", "math-chat", "refusal", "lm-eval"])
 def test_every_eval_task_gives_the_model_bos_first(monkeypatch, capsys, tmp_path, models, first_tokens, task):
     args = eval_tasks(tmp_path)[task]
-    task_flag = [] if "--task" in args else ["--task", task]
+    task_flag = [] if "--task" in args or task == "lm-eval" else ["--task", task]
     code, _, err = run_main(monkeypatch, capsys, "eval", "--model", str(models["folder"]), *task_flag, *args,
                             "--output", str(tmp_path / "out"))
     assert code == 0, err
