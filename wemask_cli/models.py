@@ -14,7 +14,7 @@ import os
 import shutil
 import struct
 import tempfile
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +23,7 @@ import torch
 from safetensors import SafetensorError
 
 from . import progress
+from .bos import GGUF_RECORD, declared_add_bos, gguf_add_bos, match_bos, record_gguf_add_bos, write_bos_in_chat_template
 from .errors import WeMaskError, first_line
 from .finite import require_finite_file, require_finite_model
 from .method.config import WeMaskConfig
@@ -106,12 +107,16 @@ def converted_gguf_dir(gguf: Path) -> Path:
     fingerprint = hashlib.sha1(f"{gguf}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
     target = cache_dir() / "models" / f"{gguf.stem}-{fingerprint}"
     if (target / MODEL_CONFIG_FILE).is_file():
+        if not (target / GGUF_RECORD).is_file():  # converted before wemask recorded the file's BOS flag
+            with suppress(OSError):  # a read-only cache: the folder's own tokenizer files decide
+                record_gguf_add_bos(target, gguf)
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
         with progress.status(f"Converting {gguf.name} to a plain model in {target} (once, ~20 s)..."):
             tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            match_bos(tokenizer, gguf_add_bos(gguf), gguf.name)  # transformers < 5.24 ignores the file's flag
             quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
             config = quantized.config
             del config.quantization_config
@@ -121,6 +126,7 @@ def converted_gguf_dir(gguf: Path) -> Path:
             with atomic_directory(target) as staging:
                 plain.save_pretrained(staging)
                 tokenizer.save_pretrained(staging)
+                record_gguf_add_bos(staging, gguf)
     except GGUF_FILE_ERRORS as err:  # not GGUF, truncated, an architecture gguf-py or transformers lacks, a full disk
         if not (target / MODEL_CONFIG_FILE).is_file():  # not another process finishing first: a real failure
             raise WeMaskError(
@@ -283,8 +289,6 @@ def load_model(
     if quant is None:
         target = device or ("cuda" if torch.cuda.is_available() else "cpu")
         model.to(target)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
     model.eval()
     require_causal(model, spec)
     loaded = LoadedModel(model=model, tokenizer=tokenizer, source=source, saved=saved)
@@ -296,10 +300,10 @@ def load_model(
 
 def load_tokenizer_and_model(spec: str | None, tokenizer_from: str, weights_from: str, hub: dict, kwargs: dict):
     """(tokenizer, model) by transformers; missing or bad files, or no network: one line (other errors are bugs)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     try:
-        return AutoTokenizer.from_pretrained(tokenizer_from, **hub), AutoModelForCausalLM.from_pretrained(weights_from, **kwargs)
+        return load_tokenizer(tokenizer_from, hub), AutoModelForCausalLM.from_pretrained(weights_from, **kwargs)
     except (*LOAD_ERRORS, RuntimeError) as err:
         if isinstance(err, RuntimeError) and "ignore_mismatched_sizes" not in str(err):
             raise  # of RuntimeErrors only transformers' "the weights do not fit config.json" is the user's files
@@ -307,6 +311,19 @@ def load_tokenizer_and_model(spec: str | None, tokenizer_from: str, weights_from
             f"could not load model {spec!r} ({first_line(err)}); a hub id needs network access (or a filled HF cache): "
             "pass a local model directory or .gguf file, or omit --model for the embedded SmolLM2-135M-Instruct"
         ) from None
+
+
+def load_tokenizer(source: str, hub: dict | None = None):
+    """The tokenizer of a folder or hub id as every command uses it: BOS first where its metadata says so (bos.py),
+    pad = eos when it has no pad token."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(source, **(hub or {}))
+    match_bos(tokenizer, declared_add_bos(source, (hub or {}).get("revision")), source)
+    write_bos_in_chat_template(tokenizer)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def saved_run(source: str) -> SavedRun | None:

@@ -50,13 +50,14 @@ def prompt_value(value, where: str) -> str | list[dict]:
 
 
 def render_prompt(tokenizer, prompt: str | list[dict], chat_template: bool) -> tuple[str, bool]:
-    """The text to tokenize, and whether special tokens still need adding (not after a chat template)."""
+    """The text to tokenize, and whether special tokens still need adding: not after a chat template (it writes BOS
+    where the model wants one, bos.py), nor to a text that already starts with the BOS token (never two)."""
     if chat_template and getattr(tokenizer, "chat_template", None):
         messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
         return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False), False
-    if isinstance(prompt, list):
-        return "\n".join(message["content"] for message in prompt), True
-    return prompt, True
+    text = "\n".join(message["content"] for message in prompt) if isinstance(prompt, list) else prompt
+    bos = tokenizer.bos_token
+    return text, not (isinstance(bos, str) and bos and text.startswith(bos))
 
 
 def encode(tokenizer, prompts: list, max_length: int) -> list[list[int]]:
@@ -89,19 +90,24 @@ def encode_left_truncated(tokenizer, prompts: list, chat_template: bool, limit: 
         ids = tokenizer(text, add_special_tokens=special)["input_ids"]
         if not ids:
             raise WeMaskError(f"prompt {number} is empty: nothing to generate from (give some text, or keep the chat template on)")
-        ids, cut = left_truncate(ids, limit)
+        ids, cut = left_truncate(ids, limit, tokenizer.bos_token_id)
         encoded.append(ids)
         texts.append(text)
         cuts.append(cut)
     return encoded, texts, cuts
 
 
-def left_truncate(ids: list[int], room: int | None) -> tuple[list[int], int]:
-    """The last `room` tokens of `ids` (at least one; None: all) and how many were cut."""
+def left_truncate(ids: list[int], room: int | None, bos_id: int | None = None) -> tuple[list[int], int]:
+    """The last `room` tokens of `ids` (at least one; None: all) and how many were cut; a leading BOS (`bos_id`)
+    stays first, before the last `room - 1` tokens."""
     if room is None:
         return ids, 0
     room = max(1, room)
-    return (ids[-room:], len(ids) - room) if len(ids) > room else (ids, 0)
+    if len(ids) <= room:
+        return ids, 0
+    if room > 1 and bos_id is not None and ids[0] == bos_id:
+        return [bos_id, *ids[len(ids) - room + 1 :]], len(ids) - room
+    return ids[-room:], len(ids) - room
 
 
 def warn_truncated(cuts: list[int], limit: int, why: str, *, what: str = "prompt(s)", note: str = "") -> None:

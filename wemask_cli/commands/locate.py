@@ -3,8 +3,9 @@
 Report keys: model, model_type, num_layers, layer_indexing ("0-based"), me_layer (int or null), confidence
 (share of prompts agreeing), agreement ("16/16"), jump (step, first_over_other, ffn_share at the ME layer),
 me_layer_metrics (that layer's record), earlier_rises, metric_peaks, residual_sink_dims, verdict, settings,
-prompts (one record per prompt), layers (one record per layer), mask_rates (one record per --mask-rate),
-massive_tokens (see massive.py; null without an ME layer), interventions (the saved ones re-installed on load).
+prompts (one record per prompt: index, preview, tokens, first_token_is_bos, degenerate, me_layer), layers (one
+record per layer), mask_rates (one record per --mask-rate), massive_tokens (see massive.py; null without an ME
+layer), interventions (the saved ones re-installed on load).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import torch
 
 from .. import massive, resources
+from ..bos import starts_with_bos
 from ..data import load_hub, load_local, looks_local
 from ..errors import WeMaskError
 from ..method import locate as method
@@ -169,6 +171,7 @@ def run_locate(
                 "index": i,
                 "preview": preview(prompt),
                 "tokens": len(ids[i]),
+                "first_token_is_bos": starts_with_bos(loaded.tokenizer, ids[i]),
                 "degenerate": bool(result.stats.degenerate[i]),
                 "me_layer": detection.per_prompt[i],
             }

@@ -118,7 +118,7 @@ def vllm_dtype(dtype: str) -> str:
 def load_vllm(spec: str | None, dtype: str, request):
     """(LoadedModel whose model is a VllmEngine, the mask configs to run). `--me-layer auto` locates the ME layer
     with the transformers model first (cached per model), then frees it."""
-    from ...models import LoadedModel, load_model, resolve_dtype, resolve_source, saved_run
+    from ...models import LoadedModel, load_model, load_tokenizer, resolve_dtype, resolve_source, saved_run
 
     vllm = require_vllm()  # before the embedded model is converted or anything is read
     warning = version_warning(vllm.__version__)
@@ -134,17 +134,8 @@ def load_vllm(spec: str | None, dtype: str, request):
     for config in configs:
         if config is not None:
             check_config(config)
-    tokenizer = plain.tokenizer or tokenizer_of(source)
+    tokenizer = plain.tokenizer or load_tokenizer(source)
     del plain
     engine = VllmEngine(source, vllm_dtype(dtype))
     return LoadedModel(model=engine, tokenizer=tokenizer, source=source, saved=saved_run(source)), configs
 
-
-def tokenizer_of(source: str):
-    """The Hugging Face tokenizer of the folder (pad = eos when it has none), as load_model sets it."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer

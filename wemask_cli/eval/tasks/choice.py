@@ -82,7 +82,7 @@ class ChoiceTask(Task):
             if any(not option for option in options):
                 raise WeMaskError(f"an option of question {row['question'][:60]!r} tokenizes to nothing")
             room = (max_positions or 10**9) - max(len(o) for o in options)
-            context, cut = left_truncate(context, room)
+            context, cut = left_truncate(context, room, tokenizer.bos_token_id)
             groups.append((context, options))
             cuts.append(cut)
         warn_truncated(cuts, max_positions or 0, "the model's context, with the longest option", what="choice prompts",
