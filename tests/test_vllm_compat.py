@@ -36,7 +36,7 @@ def test_every_vllm_internal_wemask_relies_on_is_where_it_was():
     from wemask_cli.compat.vllm import internals
 
     checked = internals()
-    for name in ("BaseModelLoader.load_model", "TensorizerLoader.load_model", "ModelExpressLoader.load_model",
+    for name in ("BaseModelLoader.load_model", "TensorizerLoader.load_model", "ModelExpressModelLoader.load_model", "IpcModelLoader.load_model",
                  "dispatch_cpu_unquantized_gemm", "LlamaAttention.forward", "Qwen3Attention.forward",
                  "compile attributes", "vllm_generation.LLM", "GRPOConfig.use_vllm"):  # fmt: skip
         assert any(name in entry for entry in checked), (name, checked)
@@ -66,10 +66,11 @@ from wemask_cli.engines.vllm.plugin import register
 def wrapped():
     return [getattr(vars(c)["load_model"], "wemask_wrapped", False)
             for c in (base_loader.BaseModelLoader, tensorizer_loader.TensorizerLoader)]
-sys.argv = ["vllm", "serve", sys.argv[1]]
+plain, masked = sys.argv[1:3]
+sys.argv = ["vllm", "serve", plain]
 register()
 print("plain", wrapped())
-sys.argv = ["vllm", "serve", "--model=" + sys.argv[2]]
+sys.argv = ["vllm", "serve", "--model=" + masked]
 register()
 print("masked", wrapped())
 """
@@ -279,7 +280,7 @@ def test_rollout_masking_reads_trls_settings_through_checked_names(monkeypatch):
     with pytest.raises(CompatError, match="^trl .*vllm_generation no longer exists"):
         mask_rollouts(renamed, config)
     monkeypatch.delattr(GRPOConfig, "vllm_mode")
-    with pytest.raises(CompatError, match="GRPOConfig.vllm_mode no longer exists"):
+    with pytest.raises(CompatError, match="grpo_config.vllm_mode no longer exists"):
         mask_rollouts(renamed, config)
 
 
