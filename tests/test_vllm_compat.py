@@ -298,3 +298,18 @@ def test_after_a_step_the_engine_must_hold_the_trained_models_mask():
     install_wemask(model, None)  # something reset the engine's mask
     with pytest.raises(VllmEngineError, match="after step 3, TRL's vLLM engine holds the mask none but the trained model on layers 1..2"):
         check.on_step_end(None, None, None)
+
+
+def test_serving_a_masked_folder_refuses_non_finite_weights(tmp_path, monkeypatch):
+    """`vllm serve RUN_FOLDER` (the plugin, not wemask, starts the engine): the same one line before loading."""
+    from safetensors.torch import save_file
+
+    from wemask_cli.engines.vllm import plugin
+    from wemask_cli.finite import NonFiniteWeights
+
+    folder = fake_folder(tmp_path / "run", mask_rate=0.5, me_layer=1)
+    save_file({"lm_head.weight": torch.tensor([[1.0, float("inf")]])}, str(folder / "model.safetensors"))
+    monkeypatch.delenv(plugin.ARM_VARIABLE, raising=False)
+    config = SimpleNamespace(model=str(folder), architectures=["LlamaForCausalLM"])
+    with pytest.raises(NonFiniteWeights, match="tensor lm_head.weight holds NaN or infinity"):
+        plugin.load_masked(lambda *_: pytest.fail("the weights loaded"), None, SimpleNamespace(additional_config={}), config)

@@ -8,7 +8,8 @@ wemask files (`vllm serve RUN_FOLDER`), or WEMASK_VLLM_PLUGIN=1. WEMASK_VLLM_PLU
 
 Active, it wraps the `load_model` of every vLLM model loader (compat.vllm.wrap_model_loaders: the base class and
 the loaders that override it). Before the weights load, the wrapper reads the WeMask saved in the model folder and
-refuses in one line what vLLM cannot run; after they load, it installs the mask, before vLLM compiles or captures
+refuses in one line what vLLM cannot run (and, serving a masked folder, weights holding NaN or infinity); after
+they load, it installs the mask, before vLLM compiles or captures
 graphs. A model that vLLM will compile is *armed* (masked forward on every layer, identity values) when its folder
 carries an active mask, or when WEMASK_VLLM_ARM=1, so that `install_wemask` can change the mask later. An armed
 model adds a "wemask" entry to vllm_config.additional_config, part of vLLM's compile-cache key: a graph compiled
@@ -86,11 +87,14 @@ def masked_load_model(original):
 
 def load_masked(original, loader, vllm_config, model_config, *args, **kwargs):
     from .mask import SUPPORTED_ARCHITECTURES, VllmEngineError, arm, compiles, install_wemask, unsupported_architecture
-    from .support import saved_wemask_for_vllm
+    from .support import require_finite_folder, saved_wemask_for_vllm
 
     config = saved_wemask_for_vllm(model_config.model)  # a VllmEngineError (one line) before any weight loads
     saved = config is not None and config.active
-    armed = saved or os.environ.get(ARM_VARIABLE) == "1"
+    started_by_wemask = os.environ.get(ARM_VARIABLE) == "1"  # which checked the weights already
+    if saved and not started_by_wemask:
+        require_finite_folder(model_config.model)
+    armed = saved or started_by_wemask
     architectures = list(getattr(model_config, "architectures", None) or [])
     if armed and not set(architectures) & set(SUPPORTED_ARCHITECTURES):
         if saved:
