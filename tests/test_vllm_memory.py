@@ -12,6 +12,7 @@ import sys
 import time
 
 import psutil
+import pytest
 from vllm_support import require_vllm
 
 HOLD_GIB = 4
@@ -26,6 +27,7 @@ HOLDER = (
 )
 
 
+@pytest.mark.embedded
 def test_infer_on_vllm_while_another_process_holds_memory(embedded_dir):
     require_vllm()
     holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True)

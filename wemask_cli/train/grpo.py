@@ -276,10 +276,12 @@ def vllm_engine(ctx: TrainContext):
         yield
         return
     from ..engines.vllm.colocate import colocated_engine
+    from ..engines.vllm.memory import VllmJob
 
     dtype = None if (args.bf16 or args.fp16) else ctx.model.dtype  # mixed precision: vLLM's own choice
     masked = ctx.wemask.mode == "aware" and ctx.wemask.active
-    with colocated_engine(ctx.model, dtype, masked=masked, max_model_len=args.vllm_max_model_length):
+    job = VllmJob(sequences=args.generation_batch_size, tokens=args.vllm_max_model_length)
+    with colocated_engine(ctx.model, dtype, masked=masked, job=job):
         yield
 
 

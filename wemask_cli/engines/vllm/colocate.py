@@ -63,27 +63,29 @@ def keep_weight(packed, layer: torch.nn.Module, remove_weight: bool) -> None:
     layer.cpu_linear = torch.nn.functional.linear
 
 
-def engine_defaults(model, dtype: torch.dtype | None, cpu: bool, max_model_len: int | None) -> dict:
+def engine_defaults(model, dtype: torch.dtype | None, cpu: bool, job) -> dict:
     """What TRL's `LLM(...)` call gets unless it passes it: `dtype` (None: vLLM's choice) and, on CPU, eager mode and
-    a KV cache sized for the job (memory.py; a user's VLLM_CPU_KVCACHE_SPACE is respected)."""
-    from .memory import VllmJob, engine_memory
+    a KV cache sized for `job` (a memory.VllmJob; a user's VLLM_CPU_KVCACHE_SPACE is respected)."""
+    from .memory import engine_memory
 
     defaults = {} if dtype is None else {"dtype": dtype}
     if cpu:
         defaults["enforce_eager"] = True
         name = str(dtype).removeprefix("torch.") if dtype is not None else "auto"
-        defaults.update(engine_memory(model.config.to_dict(), name, VllmJob(), on_gpu=False, context=max_model_len))
+        defaults.update(engine_memory(model.config.to_dict(), name, job, on_gpu=False, context=job.tokens))
     return defaults
 
 
 @contextlib.contextmanager
-def colocated_engine(model, dtype: torch.dtype | None, *, masked: bool, max_model_len: int | None = None):
+def colocated_engine(model, dtype: torch.dtype | None, *, masked: bool, job=None):
     """Wrap the construction of a GRPOTrainer with `use_vllm=True, vllm_mode="colocate"` (see module doc).
 
     `masked`: the engine is armed at load (wemask plugin, WEMASK_VLLM_ARM=1), so that `mask_rollouts` can install
-    the mask also where vLLM compiles the model (GPU).
+    the mask also where vLLM compiles the model (GPU). `job`: the rollouts' memory.VllmJob (generation batch,
+    --vllm-max-model-length).
     """
     from ...compat.vllm import cpu_linear_dispatch, trl_engine_defaults
+    from .memory import VllmJob
     from .plugin import ARM_VARIABLE, activate
     from .support import require_vllm
 
@@ -100,7 +102,7 @@ def colocated_engine(model, dtype: torch.dtype | None, *, masked: bool, max_mode
     with contextlib.ExitStack() as stack:
         if cpu:
             stack.enter_context(cpu_linear_dispatch(keep_weight))
-        stack.enter_context(trl_engine_defaults(**engine_defaults(model, dtype, cpu, max_model_len)))
+        stack.enter_context(trl_engine_defaults(**engine_defaults(model, dtype, cpu, job or VllmJob())))
         try:
             yield
         finally:

@@ -10,6 +10,7 @@ Everything runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so the mask 
 from __future__ import annotations
 
 import os
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
@@ -165,6 +166,10 @@ def free_locate_model() -> None:
 
     gc.collect()
     torch.cuda.empty_cache()  # a no-op where CUDA was never used
+    held = torch.cuda.memory_allocated() if torch.cuda.is_initialized() else 0
+    if held > 1 << 30:
+        print(f"wemask: {held / (1 << 30):.1f} GiB of GPU memory is still held by this process as vLLM starts",
+              file=sys.stderr)
 
 
 def tokenizer_of(source: str):
