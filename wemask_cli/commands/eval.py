@@ -37,6 +37,7 @@ class EvalRequest:
     fp4_block_size: int = 16
     smoothquant: float | None = None
     engine: str = "transformers"  # or "vllm" (wemask_cli.engines.vllm)
+    vllm_memory: float | None = None  # --vllm-memory: GiB of KV cache on CPU, a share of the GPU
 
 
 def make_task(request: EvalRequest):
@@ -143,9 +144,10 @@ def evaluate(request: EvalRequest, task, data):
 
     if request.engine == "vllm":
         from ..engines.vllm.engine import load_vllm
+        from ..engines.vllm.memory import VllmJob
 
         with status("Loading model in vLLM..."):
-            loaded, configs = load_vllm(request.model, request.dtype, request.mask)
+            loaded, configs = load_vllm(request.model, request.dtype, request.mask, VllmJob(memory=request.vllm_memory))
     else:
         with status("Loading model..."):
             loaded = models.load_model(request.model, dtype=request.dtype)

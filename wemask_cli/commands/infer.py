@@ -104,18 +104,32 @@ def masked(model, config: WeMaskConfig | None):
         handle.remove()
 
 
-def load_for_infer(model: str | None, dtype: str, request, engine: str = "transformers"):
-    """(LoadedModel, the WeMask configs to run) on the chosen engine; vLLM checks what it cannot run first."""
+def load_for_infer(model: str | None, dtype: str, request, engine: str = "transformers", job=None):
+    """(LoadedModel, the WeMask configs to run) on the chosen engine; vLLM checks what it cannot run first and
+    sizes its memory for `job` (engines.vllm.memory.VllmJob)."""
     if engine not in ENGINES:
         raise WeMaskError(f"--engine {engine!r} is unknown: use one of {', '.join(ENGINES)}")
     if engine == "vllm":
         from ..engines.vllm.engine import load_vllm
 
-        return load_vllm(model, dtype, request)
+        return load_vllm(model, dtype, request, job)
     from ..models import load_model
 
     loaded = load_model(model, dtype=dtype)
     return loaded, request.configs(loaded)
+
+
+def vllm_job(request, prompts: list):
+    """What vLLM must hold at once for this command: --batch-size sequences of the longest prompt (its characters,
+    at least its tokens) plus --max-new-tokens. None for the transformers engine."""
+    if request.engine != "vllm":
+        return None
+    from ..engines.vllm.memory import VllmJob
+
+    longest = max(len(json.dumps(prompt)) for prompt in prompts)
+    settings = request.settings
+    return VllmJob(memory=request.vllm_memory, sequences=min(settings.batch_size, len(prompts)),
+                   tokens=longest + settings.max_new_tokens)
 
 
 def write_jsonl(records: list[dict], path: Path) -> Path:
@@ -137,6 +151,7 @@ class InferRequest:
     overwrite: bool = False
     dtype: str = "auto"
     engine: str = "transformers"
+    vllm_memory: float | None = None  # --vllm-memory: GiB of KV cache on CPU, a share of the GPU
 
 
 def infer(request: InferRequest) -> list[dict]:
@@ -150,7 +165,7 @@ def infer(request: InferRequest) -> list[dict]:
     prompts = read_prompts(request.prompts, request.input)
     engine = request.engine
     with status("Loading model..." if engine == "transformers" else f"Loading model in {engine}..."):
-        loaded, configs = load_for_infer(request.model, request.dtype, request.mask, engine)  # torch: once inputs are good
+        loaded, configs = load_for_infer(request.model, request.dtype, request.mask, engine, vllm_job(request, prompts))
     with status(f"Generating {len(prompts)} prompt(s) x {len(configs)} setting(s)..."):
         records = run_infer(loaded, prompts, configs, request.settings)
     if request.output:

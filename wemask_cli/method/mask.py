@@ -215,16 +215,20 @@ def resolve_dims(
     model: nn.Module,
 ) -> dict[int, list[int]]:
     """The recorded dims checked against the model, or dims selected now; sorted, per masked layer."""
-    d = parts[0].attn_scale().numel()
-    k = config.num_dims(d)
     dims = config.dims
     if dims is None:
         dims = select_dims(config, parts, layers, calibration_input_ids, model)
     else:
-        bad = [l for l in layers if l not in dims or len(dims[l]) != k or not all(0 <= i < d for i in dims[l])]
-        if bad or set(dims) != set(layers):
-            raise WeMaskConfigError(
-                f"the recorded dims do not fit this model/config (layers {bad or sorted(set(dims) ^ set(layers))}): "
-                f"expected {k} dims in [0, {d}) for layers {layers[0]}..{layers[-1]}; drop 'dims' to reselect"
-            )
+        check_recorded_dims(config, layers, parts[0].attn_scale().numel())
     return {l: sorted(dims[l]) for l in layers}
+
+
+def check_recorded_dims(config: WeMaskConfig, layers: Sequence[int], d: int) -> None:
+    """The dims `config` recorded fit `layers` of a model of hidden size `d` (k dims each, all in [0, d))."""
+    k, dims = config.num_dims(d), config.dims
+    bad = [l for l in layers if l not in dims or len(dims[l]) != k or not all(0 <= i < d for i in dims[l])]
+    if bad or set(dims) != set(layers):
+        raise WeMaskConfigError(
+            f"the recorded dims do not fit this model/config (layers {bad or sorted(set(dims) ^ set(layers))}): "
+            f"expected {k} dims in [0, {d}) for layers {layers[0]}..{layers[-1]}; drop 'dims' to reselect"
+        )

