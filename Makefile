@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DEMO_OUT ?= runs/demo
 EMBEDDED := $(shell sed -n 's/^embedded = \["\(.*\)"\]/\1/p' pyproject.toml)
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench docs clean
 
 install: $(STAMP)
 
@@ -49,6 +49,9 @@ test: install
 
 bench: install
 	$(BIN)/python bench/run.py
+
+docs: install  # the site into site/, offline and strict (docs/hooks.py runs the quick start once, then reuses it)
+	$(BIN)/python -m mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
