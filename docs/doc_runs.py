@@ -15,9 +15,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from doc_commands import ROOT, DocCommand
+from doc_commands import ROOT, DocCommand, page_commands
 
 LINKED = ("data", "recipes")
+QUICKSTART = ROOT / "docs" / "getting-started" / "quickstart.md"
+QUICKSTART_RUN = ROOT / "runs" / "docs" / "quickstart"  # the folder the quick start's commands run in
 
 
 @dataclass
@@ -74,4 +76,18 @@ def run_commands(commands: list[DocCommand], folder: Path) -> list[Ran]:
         if ran[-1].code != 0:
             return ran
     record.write_text(key)
+    return ran
+
+
+class DocCommandFailed(Exception):
+    """A documented command exited non-zero: its place in the docs, the command and what it printed."""
+
+
+def quickstart() -> list[Ran]:
+    """The quick start's commands, run in QUICKSTART_RUN (or reused while nothing changed); a failure raises."""
+    ran = run_commands([c for c in page_commands(QUICKSTART) if c.marker is None], QUICKSTART_RUN)
+    for result in ran:
+        if result.code != 0:
+            command = result.command
+            raise DocCommandFailed(f"{command.where()}: `{command.text}` exited {result.code}:\n{result.output}")
     return ran
