@@ -15,7 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import click
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,9 +84,17 @@ def parse_with_the_real_command(args: list[str], where: str) -> None:
     command = commands().get(name)
     assert command is not None, f"{where}: wemask has no command {name!r}"
     try:
-        ctx = command.make_context(name, list(rest), resilient_parsing=False)
-    except click.ClickException as err:
+        ctx = command.make_context(name, list(rest))
+    except Exception as err:  # typer's own click: its UsageError, BadParameter, NoSuchOption
+        if not hasattr(err, "format_message"):
+            raise
         raise AssertionError(f"{where}: `wemask {shlex.join(args)}`: {err.format_message()}") from None
+    values = ctx.params
+    if "me_layer" in values:  # the mask flags' values, checked as every command checks them before loading
+        from wemask_cli.masking import MaskRequest
+
+        rates = values.get("mask_rate", values.get("mask_rates"))
+        MaskRequest.parse(rates, *(values.get(k) for k in ("me_layer", "select", "layers", "strength", "tokens")))
     if ctx.args:
         from wemask_cli.train.stages import stage_specs
         from wemask_cli.train.trl_flags import check_extra_args
