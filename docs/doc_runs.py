@@ -64,7 +64,7 @@ def run_commands(commands: list[DocCommand], folder: Path) -> list[Ran]:
     record = folder / ".key"
     logs = folder / ".logs"
     if record.exists() and record.read_text() == key:
-        return [Ran(c, 0, (logs / f"{i}.log").read_text()) for i, c in enumerate(commands)]
+        return [Ran(c, 0, output) for c, output in zip(commands, logged(folder))]
     if folder.exists():
         shutil.rmtree(folder)
     prepare(folder)
@@ -77,6 +77,12 @@ def run_commands(commands: list[DocCommand], folder: Path) -> list[Ran]:
             return ran
     record.write_text(key)
     return ran
+
+
+def logged(folder: Path) -> list[str]:
+    """What each command of the last run in `folder` printed, in order."""
+    logs = folder / ".logs"
+    return [(logs / f"{i}.log").read_text() for i in range(len(list(logs.glob("*.log"))))]
 
 
 class DocCommandFailed(Exception):

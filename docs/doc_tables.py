@@ -143,5 +143,17 @@ def quickstart_page(folder: Path) -> str:
              "| mask rate | metric | value | ± |", "| --- | --- | --- | --- |"]  # fmt: skip
     for row in evaluated.get("results", []):
         lines.append(f"| {row.get('mask_rate')} | {row.get('metric')} | {value_cell(row.get('value'))} | {value_cell(row.get('se'))} |")
-    lines += ["", "![wemask report](../assets/figures/report.png)", ""]
+    lines += ["", "![wemask report](../assets/figures/report.png)", "", *printed(folder)]
     return "\n".join(lines)
+
+
+def printed(folder: Path) -> list[str]:
+    """What each quick-start command printed (its log in the run folder), one collapsed block each."""
+    from doc_commands import page_commands
+    from doc_runs import QUICKSTART, logged
+
+    lines = ["## What each command printed", ""]
+    for command, output in zip([c for c in page_commands(QUICKSTART) if c.marker is None], logged(folder)):
+        lines += [f'??? note "$ {command.text}"', "", "    ```text"]
+        lines += [f"    {line}" for line in output.rstrip().splitlines()] + ["    ```", ""]
+    return lines
