@@ -13,7 +13,7 @@ DEMO_OUT ?= runs/demo
 , := ,
 EMBEDDED := $(shell sed -n 's/^embedded = \["\(.*\)"\]/\1/p' pyproject.toml)
 
-.PHONY: install demo test bench environments clean
+.PHONY: install demo test bench docs environments clean
 
 install: $(STAMP) $(VLLM_STAMP)
 
@@ -63,7 +63,7 @@ demo: install
 test: install
 	$(BIN)/ruff check wemask_cli tests bench data  # pyflakes, import order, line length (pyproject's [tool.ruff])
 	$(BIN)/python -m pytest -q -m "not vllm"  # "current": everything but the vLLM tests
-	$(VLLM_BIN)/python -m pytest -q -m "vllm or embedded"  # "vllm": the vLLM tests and the embedded-model tests
+	$(VLLM_BIN)/python -m pytest -q -m "vllm or (embedded and not docs)"  # "vllm": the vLLM and embedded-model tests
 
 # Record both environments' versions (after `make install` picked up new releases), for `wemask env` and the README.
 environments: install
@@ -72,6 +72,9 @@ environments: install
 
 bench: install
 	$(BIN)/python bench/run.py
+
+docs: install  # the site into site/, offline and strict (docs/hooks.py runs the quick start once, then reuses it)
+	$(BIN)/python -m mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

@@ -130,7 +130,10 @@ def run_main(monkeypatch, capsys, *args) -> tuple[int, str, str]:
 
 def pytest_collection_modifyitems(items):
     """Every test of a module that uses tests/vllm_support.py needs vLLM: mark it `vllm`, so that `make test` runs it
-    in the "vllm" environment (and leaves it out of "current", which has no vLLM)."""
+    in the "vllm" environment (and leaves it out of "current", which has no vLLM). The documentation tests are
+    `docs`: the site is built once, in "current"."""
     for item in items:
         if getattr(item.module, "require_vllm", None) is not None:
             item.add_marker(pytest.mark.vllm)
+        if item.path.name == "test_docs.py":
+            item.add_marker(pytest.mark.docs)

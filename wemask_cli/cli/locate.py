@@ -20,7 +20,7 @@ def locate(
     num_prompts: Annotated[Optional[int], typer.Option(help="Use the first N prompts (default: all of --prompts, 32 of --dataset).")] = None,
     max_length: Annotated[int, typer.Option(help="Truncate prompts to this many tokens.")] = 256,
     batch_size: Annotated[int, typer.Option(help="Prompts per forward pass (memory does not grow with --num-prompts).")] = 8,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the full report (stable keys, see README).")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the full report (stable keys: the docs' Output files page).")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Write a PNG of the per-layer curves.")] = None,
     mask_rate: Annotated[
         Optional[list[str]],
