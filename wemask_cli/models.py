@@ -21,7 +21,7 @@ from .errors import WeMaskError, first_line
 from .finite import require_finite_file, require_finite_model
 from .gguf_cache import converted_gguf_dir, embedded_model_dir
 from .method.config import WeMaskConfig
-from .outputs import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, MODEL_CONFIG_FILE
+from .outputs import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, MODEL_CONFIG_FILE, RUN_RECORD_FILE
 
 if TYPE_CHECKING:
     from .interventions import Installation
@@ -32,6 +32,8 @@ BNB_CPU_SINCE = "0.49"  # the first bitsandbytes with a CPU back-end for 4-bit a
 # what loading a model raises for missing or bad files: files, hub and network (OSError and huggingface_hub's errors),
 # a bad config.json or unknown model type (ValueError), a malformed tokenizer.json (KeyError), corrupt weights
 LOAD_ERRORS = (OSError, ValueError, KeyError, SafetensorError)
+RECORDED = "recorded"  # load_model(quantization=RECORDED): the base quantized as the training run recorded it
+BASE_QUANTIZATIONS = (RECORDED, "none", "4bit", "8bit")  # what --base-quantization accepts
 
 
 @dataclass
@@ -162,6 +164,58 @@ def from_pretrained_options(weights_from: str, torch_dtype, quantization: str | 
     return hub, kwargs
 
 
+def recorded_quantization(source: str) -> tuple[str | None, dict]:
+    """(4bit | 8bit | None, its bitsandbytes settings as load_model's `pretrained`): how the training run saved in
+    `source` loaded its base (its wemask_run.json options); (None, {}) for anything else."""
+    try:
+        options = json.loads((Path(source) / RUN_RECORD_FILE).read_text()).get("options") or {}
+    except (OSError, ValueError, AttributeError):  # no record (a plain model, a hub id) or not a run's
+        return None, {}
+    if options.get("load_in_8bit"):
+        return "8bit", {}
+    if not options.get("load_in_4bit"):
+        return None, {}
+    return "4bit", {"quant_type": options.get("bnb_4bit_quant_type"), "nested": options.get("use_bnb_nested_quant")}
+
+
+def base_quantization(source: str, asked: str | None, pretrained: dict | None) -> tuple[str | None, dict | None]:
+    """(quantization, pretrained) for load_model: `asked` as given, 'none' as None, RECORDED as the run in `source`
+    recorded it, said in one line that names the flag to change it."""
+    if asked not in BASE_QUANTIZATIONS and asked is not None:
+        raise WeMaskError(f"--base-quantization {asked!r} is not valid: use {', '.join(BASE_QUANTIZATIONS)}")
+    if asked != RECORDED:
+        return (None if asked == "none" else asked), pretrained
+    quantization, settings = recorded_quantization(source)
+    if quantization is None:
+        return None, pretrained
+    try:
+        require_bitsandbytes(quantization)
+    except WeMaskError as err:
+        raise WeMaskError(f"{source} trained its adapter on a {quantization} base ({err}); or pass --base-quantization none "
+                          "to load the base unquantized (its outputs then differ from training's)") from None
+    detail = f" ({settings['quant_type'] or 'nf4'}{', nested' if settings['nested'] is not False else ''})" if settings else ""
+    article = {"4bit": "a 4-bit", "8bit": "an 8-bit"}[quantization]
+    progress.say(f"{source} trained on {article}{detail} base (wemask_run.json): loading the base so "
+                 "(--base-quantization none loads it unquantized)")
+    return quantization, {**settings, **(pretrained or {})}
+
+
+def adapter_in_saved_dtypes(model, source: str) -> None:
+    """Give each adapter weight the dtype it was saved in, i.e. trained in (TRL trains QLoRA adapters in bfloat16;
+    PEFT's from_pretrained upcasts them to float32, which changes every output)."""
+    from safetensors import safe_open
+
+    if not (Path(source) / ADAPTER_WEIGHTS_FILE).is_file():
+        return
+    with safe_open(Path(source) / ADAPTER_WEIGHTS_FILE, "pt") as saved:
+        dtypes = {key: saved.get_slice(key).get_dtype() for key in saved.keys()}
+    names = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+    for name, parameter in model.named_parameters():
+        saved_as = names.get(dtypes.get(name.replace(".default.", ".")) or "")
+        if saved_as is not None and parameter.dtype != saved_as:
+            parameter.data = parameter.data.to(saved_as)
+
+
 def load_model(
     spec: str | None = None,
     dtype: str = "auto",
@@ -173,13 +227,15 @@ def load_model(
     """Load model and tokenizer from the same source; a LoRA adapter directory loads its base model under it.
 
     `pretrained` holds from_pretrained options (TRL ModelConfig's revision, attn_implementation, trust_remote_code,
-    and the 4-bit quant_type/nested settings); None values are left to transformers.
+    and the 4-bit quant_type/nested settings); None values are left to transformers. `quantization` is 4bit, 8bit,
+    None / 'none', or RECORDED: as the training run in the model directory loaded its base (base_quantization).
 
     A causal language model only (one line otherwise). With `interventions`, the saved interventions other than
     WeMask (GatedNorm, PreAffine, ...) are installed with their weights; trainers pass False and install them.
     """
     source = resolve_source(spec)
     torch_dtype = resolve_dtype(dtype)
+    quantization, pretrained = base_quantization(source, quantization, pretrained)
     adapter = Path(source) / ADAPTER_CONFIG_FILE
     weights_from = source
     if adapter.is_file():
@@ -198,6 +254,7 @@ def load_model(
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, source)
+        adapter_in_saved_dtypes(model, source)
     if quant is None:
         target = device or ("cuda" if torch.cuda.is_available() else "cpu")
         model.to(target)
