@@ -70,6 +70,27 @@ def test_refused_only_where_bitsandbytes_cannot_run(monkeypatch, capsys, tmp_pat
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
+def test_locate_eval_and_infer_load_a_qlora_runs_base_as_recorded(monkeypatch, capsys, tmp_path, tiny_model_dir):
+    out = tmp_path / "qlora"
+    run(SFTStage(), TrainOptions(model=tiny_model_dir, output_dir=str(out), dataset=str(ROOT / "data" / "sft_chat.jsonl"),
+                                 use_peft=True, load_in_4bit=True, bnb_4bit_quant_type="fp4", use_bnb_nested_quant=False),
+        ["--max-steps", "1", "--max-length", "32", "--save-strategy", "no", "--report-to", "none"])
+    said = f"wemask: {out} trained on a 4-bit (fp4) base (wemask_run.json): loading the base so (--base-quantization none loads"
+    commands = {
+        "locate": ["--prompts", str(ROOT / "data" / "sft_chat.jsonl"), "--num-prompts", "2"],
+        "eval": ["--task", "perplexity", "--data", str(ROOT / "wemask_cli" / "resources" / "eval" / "perplexity.txt"),
+                 "--window", "16", "--limit", "1", "--output", str(tmp_path / "eval")],
+        "infer": ["--prompt", "hi", "--max-new-tokens", "2"],
+    }
+    for command, flags in commands.items():
+        code, _, err = run_main(monkeypatch, capsys, command, "--model", str(out), *flags)
+        assert code == 0 and err.count(said) == 1, err
+    code, _, err = run_main(monkeypatch, capsys, "infer", "--model", str(out), "--prompt", "hi", "--base-quantization", "none")
+    assert code == 0 and "base (wemask_run.json)" not in err, err
+    code, _, err = run_main(monkeypatch, capsys, "infer", "--model", str(out), "--prompt", "hi", "--base-quantization", "3bit")
+    assert code == 2 and err.strip() == "wemask: error: --base-quantization '3bit' is not valid: use recorded, none, 4bit, 8bit"
+
+
 @pytest.mark.embedded
 @pytest.mark.parametrize("bits, layer", [("4bit", "Linear4bit"), ("8bit", "Linear8bitLt")])
 def test_a_qlora_run_comes_back_in_infer_as_it_was_trained(monkeypatch, capsys, tmp_path, embedded_dir, bits, layer):
