@@ -71,8 +71,23 @@ def test_the_fsdp_recipe_shards_sft_dpo_and_grpo_on_two_cpu_processes(tmp_path, 
 
 def test_fsdp_in_one_process_is_refused_before_the_model_loads(tmp_path, monkeypatch, capsys):
     code, _, err = run_main(monkeypatch, capsys, "sft", "--model", str(tmp_path / "no-such-model"), "--dataset",
-                            str(ROOT / "data" / "sft_chat.jsonl"), "-o", str(tmp_path / "out"), "--fsdp", "full_shard auto_wrap")
+                            str(ROOT / "data" / "sft_chat.jsonl"), "-o", str(tmp_path / "out"), "--fsdp")
     assert code == 2 and err.count("\n") == 1 and "FSDP shards the model across processes and this is one process" in err
+
+
+def test_a_bare_fsdp_flag_is_fsdp2_without_the_deprecated_string(tmp_path, caplog):
+    """transformers 5.20 drops `--fsdp "full_shard auto_wrap"` (a string, deprecated in 5.19+); its current form, a bare
+    `--fsdp` (fsdp=True) with --fsdp_config, was refused ("fsdp must be a string")."""
+    from wemask_cli.train.options import TrainOptions
+    from wemask_cli.train.resolve import resolve
+    from wemask_cli.train.sft import SFTStage
+
+    options = TrainOptions(output_dir=str(tmp_path / "o"), dataset=str(ROOT / "data" / "sft_chat.jsonl"))
+    current = resolve(SFTStage(), options, ["--fsdp", "--fsdp_config", '{"version": 2, "reshard_after_forward": true}'])
+    assert "deprecated" not in caplog.text and current.args.fsdp is True
+    old = resolve(SFTStage(), options, ["--fsdp", "full_shard auto_wrap"])
+    assert "Passing `fsdp` as a string is deprecated" in caplog.text
+    assert current.args.fsdp_plugin_args == old.args.fsdp_plugin_args and fsdp.settings(current.args)["fsdp_version"] == 2
 
 
 def resolved(mask_rate: str | None, me_layer: str | None, **plugin) -> SimpleNamespace:
