@@ -15,7 +15,8 @@ INDEX_FILE = "model.safetensors.index.json"
 
 
 def tied_copies(model) -> set[str]:
-    """The names of tied parameters other than the first of each group (state_dict order: the embeddings)."""
+    """The names of tied parameters other than the first of each group (state_dict order: the embeddings), and the
+    output embeddings of a model whose config ties them (sharding may have made them two parameter objects)."""
     first: dict[int, str] = {}
     copies = set()
     for name, parameter in model.named_parameters(remove_duplicate=False):
@@ -23,6 +24,11 @@ def tied_copies(model) -> set[str]:
             copies.add(name)
         else:
             first[id(parameter)] = name
+    config = getattr(model, "config", None)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if getattr(text_config, "tie_word_embeddings", False) and output is not None:
+        copies.update(f"{name}.weight" for name, module in model.named_modules() if module is output)
     return copies
 
 
