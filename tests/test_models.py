@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -165,5 +166,7 @@ def test_a_converted_gguf_saves_tied_weights_once(monkeypatch, tmp_path, tiny_gg
     with safe_open(Path(resolve_source(tiny_gguf)) / "model.safetensors", "pt") as weights:
         names = set(weights.keys())
     assert "model.embed_tokens.weight" in names and "lm_head.weight" not in names
+    config = json.loads((Path(resolve_source(tiny_gguf)) / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["dtype"] == "float32"  # as save_pretrained writes them
     model = load_model(tiny_gguf).model
     assert model.lm_head.weight is model.model.embed_tokens.weight

@@ -128,6 +128,7 @@ def write_plain_model(model, folder: Path) -> None:
             seen.add(tensor.data_ptr())
             tensors[name] = tensor.contiguous()
     save_file(tensors, folder / WEIGHTS_FILE, metadata={"format": "pt"})
+    model.config.architectures = [type(model).__name__]  # as save_pretrained writes it (vLLM picks its model class by it)
     model.config.save_pretrained(folder)
     if model.generation_config is not None:
         model.generation_config.save_pretrained(folder)
