@@ -89,6 +89,10 @@ def test_locate_eval_and_infer_load_a_qlora_runs_base_as_recorded(monkeypatch, c
     assert code == 0 and "base (wemask_run.json)" not in err, err
     code, _, err = run_main(monkeypatch, capsys, "infer", "--model", str(out), "--prompt", "hi", "--base-quantization", "3bit")
     assert code == 2 and err.strip() == "wemask: error: --base-quantization '3bit' is not valid: use recorded, none, 4bit, 8bit"
+    fake_bitsandbytes(monkeypatch, None)  # a machine where the recorded base cannot load: one line naming the way out
+    code, _, err = run_main(monkeypatch, capsys, "infer", "--model", str(out), "--prompt", "hi")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith(f"wemask: error: {out} trained on a 4-bit base (")
+    assert "pass --base-quantization none to load the base unquantized" in err
 
 
 @pytest.mark.embedded

@@ -188,13 +188,13 @@ def base_quantization(source: str, asked: str | None, pretrained: dict | None) -
     quantization, settings = recorded_quantization(source)
     if quantization is None:
         return None, pretrained
+    article = {"4bit": "a 4-bit", "8bit": "an 8-bit"}[quantization]
     try:
         require_bitsandbytes(quantization)
     except WeMaskError as err:
-        raise WeMaskError(f"{source} trained its adapter on a {quantization} base ({err}); or pass --base-quantization none "
-                          "to load the base unquantized (its outputs then differ from training's)") from None
+        raise WeMaskError(f"{source} trained on {article} base ({err}); or pass --base-quantization none to load the base "
+                          "unquantized (its outputs then differ from training's)") from None
     detail = f" ({settings['quant_type'] or 'nf4'}{', nested' if settings['nested'] is not False else ''})" if settings else ""
-    article = {"4bit": "a 4-bit", "8bit": "an 8-bit"}[quantization]
     progress.say(f"{source} trained on {article}{detail} base (wemask_run.json): loading the base so "
                  "(--base-quantization none loads it unquantized)")
     return quantization, {**settings, **(pretrained or {})}
