@@ -98,6 +98,15 @@ def tiny_model_dir(tmp_path_factory, tiny_tokenizer) -> str:
 
 
 @pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory, tiny_tokenizer) -> str:
+    """A tiny Llama as a float32 .gguf file (tests/tiny_gguf.py), for the GGUF conversion cache."""
+    from tiny_gguf import write_tiny_gguf
+
+    model = make_tiny_model("llama", vocab_size=len(tiny_tokenizer))
+    return str(write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny-llama.gguf", model, tiny_tokenizer))
+
+
+@pytest.fixture(scope="session")
 def embedded_dir() -> str:
     """The converted embedded SmolLM2-135M-Instruct (converted once into the user cache)."""
     from wemask_cli.models import embedded_model_dir

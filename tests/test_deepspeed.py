@@ -87,6 +87,11 @@ def test_zero3_partitions_every_weight_and_records_what_ran(zero3, tiny_model_di
         "precision": LAUNCHED_BF16,
     }
     assert record(outs[stage])["trl_args"]["bf16"] is True and record(outs[stage])["wemask"]["dims"]
+    # mixed_precision: bf16 under ZeRO is bf16 weights (float32 masters in the ZeRO optimizer), saved bf16; said once
+    assert record(outs[stage])["dtypes"] == {"weights": ["bfloat16"], "master": ["float32"], "activations": ["bfloat16"],
+                                             "saved": ["bfloat16"]}
+    said = "wemask: DeepSpeed ZeRO-3 trains and saves bfloat16 weights (the optimizer's master copy: float32); DDP and FSDP"
+    assert log.count(said) == 3  # once per run, by rank 0
 
 
 def test_zero3_saves_whole_weights(zero3, tiny_model_dir):
@@ -116,3 +121,23 @@ def test_ddp_recipe_trains_in_its_bf16_and_says_so(tmp_path, tiny_model_dir):
     assert facts["type"] == {"value": "MULTI_CPU", "source": "accelerate launch"}
     assert facts["sharding"] == {"value": "DDP", "source": "accelerate launch"} and facts["world_size"]["value"] == 2
     assert facts["precision"] == LAUNCHED_BF16 and record(out)["trl_args"]["bf16"] is True
+    assert record(out)["dtypes"] == {"weights": ["float32"], "master": ["float32"], "activations": ["bfloat16"], "saved": ["float32"]}
+    assert "DeepSpeed ZeRO" not in log
+
+
+def test_zero2_saves_tied_weights_once_and_records_its_bf16_weights(tmp_path, tiny_tokenizer):
+    """ZeRO-2 gives save_pretrained a copy of every tensor: a tied lm_head.weight was saved as a second embedding."""
+    from conftest import make_tiny_model
+    from safetensors import safe_open
+
+    tied = tmp_path / "tied"
+    model = make_tiny_model("llama", vocab_size=len(tiny_tokenizer), tie_word_embeddings=True)
+    model.save_pretrained(tied)
+    tiny_tokenizer.save_pretrained(tied)
+    out = tmp_path / "zero2"
+    log = launch("zero2.yaml", tmp_path / "probe", [sft(str(tied), out)])
+    probed(tmp_path / "probe", 0)
+    with safe_open(out / "model.safetensors", "pt") as weights:
+        assert "model.embed_tokens.weight" in weights.keys() and "lm_head.weight" not in weights.keys(), log[-3000:]
+    assert record(out)["dtypes"] == {"weights": ["bfloat16"], "master": ["float32"], "activations": ["bfloat16"], "saved": ["bfloat16"]}
+    assert log.count("wemask: DeepSpeed ZeRO-2 trains and saves bfloat16 weights (the optimizer's master copy: float32)") == 1

@@ -36,13 +36,21 @@ def probes(directory: Path) -> list[dict]:
     return [json.loads((directory / f"rank-{rank}.json").read_text()) for rank in (0, 1)]
 
 
-def test_the_fsdp_recipe_shards_sft_dpo_and_grpo_on_two_cpu_processes(tmp_path, tiny_model_dir, monkeypatch, capsys):
-    """accelerate alone would run recipes/accelerate/fsdp.yaml on the CPU as DDP (every rank the whole model)."""
+def test_the_fsdp_recipe_shards_sft_dpo_and_grpo_on_two_cpu_processes(tmp_path, tiny_model_dir, tiny_tokenizer, monkeypatch, capsys):
+    """accelerate alone would run recipes/accelerate/fsdp.yaml on the CPU as DDP (every rank the whole model). sft
+    trains a model with tied embeddings, which FSDP2's gathered state dict used to save twice."""
+    from conftest import make_tiny_model
+    from safetensors import safe_open
+
+    tied = tmp_path / "tied"
+    make_tiny_model("llama", vocab_size=len(tiny_tokenizer), tie_word_embeddings=True).save_pretrained(tied)
+    tiny_tokenizer.save_pretrained(tied)
     reward = tmp_path / "rewards.py"
     reward.write_text("def length_reward(completions, **kwargs):\n    return [float(len(c)) for c in completions]\n")
     common = {"model": tiny_model_dir, "mask_rate": "0.3", "me_layer": "1"}
     jobs = [
-        {"train": "sft", "options": {**common, "dataset": str(ROOT / "data" / "sft_chat.jsonl"), "output_dir": str(tmp_path / "sft")},
+        {"train": "sft", "options": {**common, "dataset": str(ROOT / "data" / "sft_chat.jsonl"), "output_dir": str(tmp_path / "sft"),
+                                     "model": str(tied)},
          "flags": [*SHORT, "--max-length", "64"], "probe": str(tmp_path / "probe-sft")},
         {"train": "dpo", "options": {**common, "dataset": str(ROOT / "data" / "preferences.jsonl"), "output_dir": str(tmp_path / "dpo")},
          "flags": [*SHORT, "--max-length", "96"], "probe": str(tmp_path / "probe-dpo")},
@@ -62,6 +70,10 @@ def test_the_fsdp_recipe_shards_sft_dpo_and_grpo_on_two_cpu_processes(tmp_path, 
             assert policy["masked_layers"] == [1, 2, 3]  # the mask on every rank
         record = json.loads((tmp_path / stage / "wemask_run.json").read_text())
         assert record["distributed"]["sharding"]["value"] == "FSDP2", record["distributed"]
+    with safe_open(tmp_path / "sft" / "model.safetensors", "pt") as weights:
+        assert "model.embed_tokens.weight" in weights.keys() and "lm_head.weight" not in weights.keys()
+    dtypes = json.loads((tmp_path / "sft" / "wemask_run.json").read_text())["dtypes"]  # bf16 compute over float32 weights
+    assert dtypes == {"weights": ["float32"], "master": ["float32"], "activations": ["bfloat16"], "saved": ["float32"]}
     for found in probes(tmp_path / "probe-dpo"):  # DPO's separate reference: sharded and masked like the policy
         assert found["reference"]["type"] == "DTensor" and found["reference"]["masked_layers"] == [1, 2, 3]
     for run in ("sft", "grpo"):  # the saved runs (a full model, a LoRA adapter) reload with infer and their mask
@@ -71,8 +83,23 @@ def test_the_fsdp_recipe_shards_sft_dpo_and_grpo_on_two_cpu_processes(tmp_path, 
 
 def test_fsdp_in_one_process_is_refused_before_the_model_loads(tmp_path, monkeypatch, capsys):
     code, _, err = run_main(monkeypatch, capsys, "sft", "--model", str(tmp_path / "no-such-model"), "--dataset",
-                            str(ROOT / "data" / "sft_chat.jsonl"), "-o", str(tmp_path / "out"), "--fsdp", "full_shard auto_wrap")
+                            str(ROOT / "data" / "sft_chat.jsonl"), "-o", str(tmp_path / "out"), "--fsdp")
     assert code == 2 and err.count("\n") == 1 and "FSDP shards the model across processes and this is one process" in err
+
+
+def test_a_bare_fsdp_flag_is_fsdp2_without_the_deprecated_string(tmp_path, caplog):
+    """transformers 5.20 drops `--fsdp "full_shard auto_wrap"` (a string, deprecated in 5.19+); its current form, a bare
+    `--fsdp` (fsdp=True) with --fsdp_config, was refused ("fsdp must be a string")."""
+    from wemask_cli.train.options import TrainOptions
+    from wemask_cli.train.resolve import resolve
+    from wemask_cli.train.sft import SFTStage
+
+    options = TrainOptions(output_dir=str(tmp_path / "o"), dataset=str(ROOT / "data" / "sft_chat.jsonl"))
+    current = resolve(SFTStage(), options, ["--fsdp", "--fsdp_config", '{"version": 2, "reshard_after_forward": true}'])
+    assert "deprecated" not in caplog.text and current.args.fsdp is True
+    old = resolve(SFTStage(), options, ["--fsdp", "full_shard auto_wrap"])
+    assert "Passing `fsdp` as a string is deprecated" in caplog.text
+    assert current.args.fsdp_plugin_args == old.args.fsdp_plugin_args and fsdp.settings(current.args)["fsdp_version"] == 2
 
 
 def resolved(mask_rate: str | None, me_layer: str | None, **plugin) -> SimpleNamespace:

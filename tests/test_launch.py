@@ -21,7 +21,7 @@ def test_eval_infer_and_locate_write_once_and_errors_print_once(tmp_path, tiny_m
         {"cli": ["locate", *model, "--num-prompts", "2", "--json", "report.json"], "probe": "probe-locate"},
         {"cli": ["eval", *model, "--task", "no-such-task"], "probe": "probe-error"},
         {"cli": ["sft", *model, "--dataset", str(ROOT / "data" / "sft_chat.jsonl"), "-o", "fsdp", "-r", "0.3", "--me-layer", "1",
-                 "--fsdp", "full_shard auto_wrap", "--max-steps", "1", "--per-device-train-batch-size", "2",
+                 "--fsdp", "--max-steps", "1", "--per-device-train-batch-size", "2",
                  "--max-length", "64", "--save-strategy", "no"], "probe": "probe-sft"},
     ]
     (tmp_path / "jobs.json").write_text(json.dumps(jobs))

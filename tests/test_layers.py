@@ -15,7 +15,7 @@ Ranks (a module may import its own rank or lower, except as the rules below say)
                                   after it: report_settings.py belongs to report.py)
     4  eval/, train/              the machinery of a command family; eval and train never import each other
     3  engines/                   where a forward runs (vLLM); imported only by commands/, eval/ and train/
-    2  models, bos, locate_cache, data/, interventions/, prompts, masking, massive, rewards/
+    2  models, bos, gguf_cache, locate_cache, data/, interventions/, prompts, masking, massive, rewards/
                                   the building blocks eval and train share
     1  outputs/, progress, ranks, versions, finite, hub, model_names, resources/, kernel_notice, plugins, compat/
                                   plumbing with no knowledge of models or data
@@ -43,7 +43,8 @@ RANKS = {
     "commands": 5,
     **dict.fromkeys(("eval", "train"), 4),
     "engines": 3,
-    **dict.fromkeys(("models", "bos", "locate_cache", "data", "interventions", "prompts", "masking", "massive", "rewards"), 2),
+    **dict.fromkeys(("models", "bos", "gguf_cache", "locate_cache", "data", "interventions", "prompts", "masking", "massive",
+                     "rewards"), 2),
     **dict.fromkeys(("outputs", "progress", "ranks", "versions", "finite", "hub", "model_names", "resources", "plugins",
                      "kernel_notice", "compat"), 1),
     **dict.fromkeys(("method", ""), 0),

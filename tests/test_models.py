@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
 from wemask_cli import WeMaskError
-from wemask_cli.models import atomic_directory, cache_dir, load_model, resolve_source
+from wemask_cli.gguf_cache import atomic_directory, cache_dir
+from wemask_cli.models import load_model, resolve_source
 
 
 def test_atomic_directory_leaves_nothing_on_failure(tmp_path):
@@ -108,3 +112,61 @@ def test_first_line_of_an_error_is_its_first_line_cut_or_its_type():
     assert first_line(ValueError("  bad value\nsecond line")) == "bad value"
     assert first_line(OSError("x" * 500)) == "x" * 300 and first_line(OSError("abcdef"), 3) == "abc"
     assert first_line(OSError()) == "OSError" and first_line(RuntimeError(" \n ")) == "RuntimeError"
+
+
+def write_entry(folder, weights: bool = True):
+    """A folder the GGUF cache would accept: config.json, model.safetensors, tokenizer_config.json."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "tokenizer_config.json").write_text("{}")
+    if weights:
+        save_file({"w": torch.zeros(2)}, folder / "model.safetensors")
+    return folder
+
+
+def test_publishing_keeps_a_complete_entry_and_replaces_a_broken_one(tmp_path):
+    from wemask_cli.gguf_cache import entry_problem, publish
+
+    target = write_entry(tmp_path / "m")  # another node published first
+    publish(write_entry(tmp_path / "staging-a"), target)
+    assert entry_problem(target) is None and (tmp_path / "staging-a").exists()  # kept: the caller drops its staging
+    broken = tmp_path / "b"
+    write_entry(broken, weights=False)
+    assert entry_problem(broken).startswith("model.safetensors is missing or unreadable")
+    publish(write_entry(tmp_path / "staging-b"), broken)
+    assert entry_problem(broken) is None and not (tmp_path / "staging-b").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "m", "staging-a"]  # nothing set aside is left
+
+
+def test_a_half_converted_gguf_is_rebuilt_with_one_line(monkeypatch, capsys, tmp_path, tiny_gguf):
+    """What a conversion on a rank other than 0 used to leave (tokenizer files only): every later load failed with
+    '[Errno 39] Directory not empty'. Now the entry is checked and rebuilt, and says so once."""
+    from conftest import run_main
+
+    from wemask_cli.gguf_cache import entry_problem
+
+    monkeypatch.setenv("WEMASK_CACHE", str(tmp_path / "cache"))
+    entry = Path(resolve_source(tiny_gguf))
+    assert entry_problem(entry) is None
+    for name in ("model.safetensors", "config.json", "generation_config.json"):
+        (entry / name).unlink()
+    code, out, err = run_main(monkeypatch, capsys, "infer", "--model", tiny_gguf, "--prompt", "hi", "--max-new-tokens", "2")
+    assert code == 0, err
+    rebuilt = [line for line in err.splitlines() if "is incomplete" in line]
+    assert rebuilt == [f"wemask: warning: the converted model in {entry} is incomplete (no readable config.json): converting tiny-llama.gguf again"]
+    assert entry_problem(entry) is None and [p.name for p in entry.parent.iterdir()] == [entry.name]
+
+
+def test_a_converted_gguf_saves_tied_weights_once(monkeypatch, tmp_path, tiny_gguf):
+    from safetensors import safe_open
+
+    monkeypatch.setenv("WEMASK_CACHE", str(tmp_path / "cache"))
+    with safe_open(Path(resolve_source(tiny_gguf)) / "model.safetensors", "pt") as weights:
+        names = set(weights.keys())
+    assert "model.embed_tokens.weight" in names and "lm_head.weight" not in names
+    config = json.loads((Path(resolve_source(tiny_gguf)) / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["dtype"] == "float32"  # as save_pretrained writes them
+    model = load_model(tiny_gguf).model
+    assert model.lm_head.weight is model.model.embed_tokens.weight

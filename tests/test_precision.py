@@ -118,3 +118,31 @@ def test_one_process_records_what_ran(tmp_path, launched, tiny_model_dir, extra,
         "precision": precision,
     }
     assert result.trainer.accelerator.mixed_precision == precision["value"]
+    compute = "bfloat16" if extra else "float32"  # --bf16 on one process: autocast over float32 weights, as DDP
+    assert json.loads((tmp_path / "o" / "wemask_run.json").read_text())["dtypes"] == {
+        "weights": ["float32"], "master": ["float32"], "activations": [compute], "saved": ["float32"]}
+
+
+def test_a_gathered_state_dict_saves_tied_weights_once(tmp_path):
+    """What ZeRO-2 and FSDP2 give save_pretrained: a copy of every tensor, so the tied lm_head.weight was saved as a
+    second copy of the embeddings."""
+    import torch
+    from conftest import make_tiny_model
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    from wemask_cli.train.tied import save_tied_once
+
+    model = make_tiny_model("llama", tie_word_embeddings=True)
+    model.tie_weights()
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    model.save_pretrained(tmp_path, state_dict={key: value.clone() for key, value in model.state_dict().items()})
+    with safe_open(tmp_path / "model.safetensors", "pt") as weights:
+        assert "lm_head.weight" in weights.keys()  # transformers kept the copy
+    assert save_tied_once(tmp_path, model) == ["lm_head.weight"]
+    with safe_open(tmp_path / "model.safetensors", "pt") as weights:
+        assert "lm_head.weight" not in weights.keys() and weights.metadata() == {"format": "pt"}
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert reloaded.lm_head.weight is reloaded.model.embed_tokens.weight
+    assert torch.equal(reloaded.model.embed_tokens.weight, model.model.embed_tokens.weight)
+    assert save_tied_once(tmp_path, model) == []

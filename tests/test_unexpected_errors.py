@@ -62,7 +62,7 @@ def test_a_bug_while_converting_a_gguf_is_not_called_a_bad_file(monkeypatch, tmp
 
 
 def test_a_truncated_gguf_is_one_clear_error(monkeypatch, tmp_path):
-    from wemask_cli.models import embedded_gguf_path
+    from wemask_cli.gguf_cache import embedded_gguf_path
 
     monkeypatch.setenv("WEMASK_CACHE", str(tmp_path / "cache"))
     with embedded_gguf_path().open("rb") as stream:

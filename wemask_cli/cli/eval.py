@@ -10,7 +10,18 @@ import typer
 from ..eval.quantize.schemes import DEFAULT_BLOCK_SIZE, block_size_help, quantize_help  # torch-free registry
 from ..eval.tasks.registry import accepting, task_help  # torch-free registry
 from ..ranks import main_only
-from .options import DtypeOpt, EngineOpt, LayersOpt, MeLayerOpt, ModelOpt, SelectOpt, StrengthOpt, TokensOpt, VllmMemoryOpt
+from .options import (
+    BaseQuantizationOpt,
+    DtypeOpt,
+    EngineOpt,
+    LayersOpt,
+    MeLayerOpt,
+    ModelOpt,
+    SelectOpt,
+    StrengthOpt,
+    TokensOpt,
+    VllmMemoryOpt,
+)
 
 Text = Optional[str]
 
@@ -97,6 +108,7 @@ def eval_(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output directory (default runs/eval/TASK-TIME, never shared).")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an earlier wemask output in --output (never other files).")] = False,
     dtype: DtypeOpt = "auto",
+    base_quantization: BaseQuantizationOpt = "recorded",
     engine: EngineOpt = "transformers",
     vllm_memory: VllmMemoryOpt = None,
 ):
@@ -120,8 +132,8 @@ seeds. Compare runs with `wemask report DIR...`.
 
     request = EvalRequest(
         model=model, mask=MaskRequest.parse(mask_rates, me_layer, select, layers, strength, tokens), output=output,
-        overwrite=overwrite, dtype=dtype, lm_eval_tasks=lm_eval_tasks, lm_eval_include=lm_eval_include, quantize=quantize,
-        fp4_block_size=fp4_block_size, smoothquant=smoothquant, engine=engine, vllm_memory=vllm_memory,
+        overwrite=overwrite, dtype=dtype, base_quantization=base_quantization, lm_eval_tasks=lm_eval_tasks, lm_eval_include=lm_eval_include,
+        quantize=quantize, fp4_block_size=fp4_block_size, smoothquant=smoothquant, engine=engine, vllm_memory=vllm_memory,
         settings=EvalSettings(
             task=task, data=data, split=split, data_config=data_config, text_field=text_field, question_field=question_field,
             choices_field=choices_field, answer_field=answer_field, window=window, stride=stride, limit=limit,

@@ -9,7 +9,20 @@ import typer
 
 from ..prompts import PROMPT_FILE_LAYOUTS
 from ..ranks import main_only
-from .options import DtypeOpt, EngineOpt, LayersOpt, MaskRateOpt, MeLayerOpt, ModelOpt, ReplaceOpt, SelectOpt, StrengthOpt, TokensOpt, VllmMemoryOpt
+from .options import (
+    BaseQuantizationOpt,
+    DtypeOpt,
+    EngineOpt,
+    LayersOpt,
+    MaskRateOpt,
+    MeLayerOpt,
+    ModelOpt,
+    ReplaceOpt,
+    SelectOpt,
+    StrengthOpt,
+    TokensOpt,
+    VllmMemoryOpt,
+)
 
 
 def infer(
@@ -24,6 +37,7 @@ def infer(
     seed: int = 0,
     batch_size: int = 8,
     dtype: DtypeOpt = "auto",
+    base_quantization: BaseQuantizationOpt = "recorded",
     mask_rate: MaskRateOpt = None,
     me_layer: MeLayerOpt = None,
     select: SelectOpt = None,
@@ -47,7 +61,8 @@ def infer(
     request = InferRequest(
         model=model, mask=MaskRequest.parse(mask_rate, me_layer, select, layers, strength, tokens),
         settings=GenerationSettings(max_new_tokens, temperature, top_p, seed, batch_size, chat_template), prompts=prompt,
-        input=input, output=output, overwrite=overwrite, dtype=dtype, engine=engine, vllm_memory=vllm_memory,
+        input=input, output=output, overwrite=overwrite, dtype=dtype, base_quantization=base_quantization, engine=engine,
+        vllm_memory=vllm_memory,
     )
     records = run_infer_command(request)
     console.print(completions_table(records))

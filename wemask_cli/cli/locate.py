@@ -9,7 +9,7 @@ import typer
 
 from ..prompts import PROMPT_FILE_LAYOUTS
 from ..ranks import main_only
-from .options import DtypeOpt, ModelOpt, ReplaceOpt
+from .options import BaseQuantizationOpt, DtypeOpt, ModelOpt, ReplaceOpt
 
 
 def locate(
@@ -27,6 +27,7 @@ def locate(
         typer.Option("--mask-rate", "-r", metavar="R", help="Also measure with WeMask at rate R from the ME layer (repeatable or comma list)."),
     ] = None,
     dtype: DtypeOpt = "auto",
+    base_quantization: BaseQuantizationOpt = "recorded",
     overwrite: ReplaceOpt = False,
 ):
     """Find the ME layer (0-based): where the first token's norm jumps by an order of magnitude, written by the FFN.
@@ -43,7 +44,7 @@ def locate(
     request = LocateRequest(
         model=model, prompts=prompts, dataset=dataset, text_field=text_field, num_prompts=num_prompts, max_length=max_length,
         batch_size=batch_size, mask_rates=parse_mask_rates(",".join(mask_rate)) if mask_rate else [], json_out=json_out,
-        plot=plot, dtype=dtype, overwrite=overwrite,
+        plot=plot, dtype=dtype, base_quantization=base_quantization, overwrite=overwrite,
     )
     report, written = run_locate_command(request, plot=locate_plot)
     console.print(locate_table(report, console.width))

@@ -15,6 +15,13 @@ ModelOpt = Annotated[
     ),
 ]
 DtypeOpt = Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16 (auto: checkpoint dtype on GPU, float32 on CPU).")]
+BaseQuantizationOpt = Annotated[
+    str,
+    typer.Option(
+        help="recorded | none | 4bit | 8bit: how to load the base model (bitsandbytes). recorded: as the training run in --model "
+        "loaded it (a QLoRA run's 4-bit or 8-bit base, from its wemask_run.json), else unquantized."
+    ),
+]
 MaskRateOpt = Annotated[
     Optional[str],
     typer.Option("--mask-rate", "-r", help="Share r in [0, 1] of dims to mask; a comma list (0,0.3,1.0) runs each rate."),

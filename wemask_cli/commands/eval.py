@@ -31,6 +31,7 @@ class EvalRequest:
     output: Path | None = None
     overwrite: bool = False
     dtype: str = "auto"
+    base_quantization: str = "recorded"  # models.BASE_QUANTIZATIONS
     lm_eval_tasks: str | None = None
     lm_eval_include: str | None = None
     quantize: str | None = None  # e.g. "none,w8a8,w4a4,fp4"
@@ -150,7 +151,7 @@ def evaluate(request: EvalRequest, task, data):
             loaded, configs = load_vllm(request.model, request.dtype, request.mask, VllmJob(memory=request.vllm_memory))
     else:
         with status("Loading model..."):
-            loaded = models.load_model(request.model, dtype=request.dtype)
+            loaded = models.load_model(request.model, dtype=request.dtype, quantization=request.base_quantization)
         configs = request.mask.configs(loaded)
     prepared = task.prepare(loaded.tokenizer, data, context_length(loaded.model))
     axes = [wemask_axis(configs)] + quantize_axes(request, prepared)

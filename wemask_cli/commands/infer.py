@@ -104,7 +104,7 @@ def masked(model, config: WeMaskConfig | None):
         handle.remove()
 
 
-def load_for_infer(model: str | None, dtype: str, request, engine: str = "transformers", job=None):
+def load_for_infer(model: str | None, dtype: str, request, engine: str = "transformers", job=None, base_quantization: str = "recorded"):
     """(LoadedModel, the WeMask configs to run) on the chosen engine; vLLM checks what it cannot run first and
     sizes its memory for `job` (engines.vllm.memory.VllmJob)."""
     if engine not in ENGINES:
@@ -115,7 +115,7 @@ def load_for_infer(model: str | None, dtype: str, request, engine: str = "transf
         return load_vllm(model, dtype, request, job)
     from ..models import load_model
 
-    loaded = load_model(model, dtype=dtype)
+    loaded = load_model(model, dtype=dtype, quantization=base_quantization)
     return loaded, request.configs(loaded)
 
 
@@ -150,6 +150,7 @@ class InferRequest:
     output: Path | None = None
     overwrite: bool = False
     dtype: str = "auto"
+    base_quantization: str = "recorded"  # models.BASE_QUANTIZATIONS
     engine: str = "transformers"
     vllm_memory: float | None = None  # --vllm-memory: GiB of KV cache on CPU, a share of the GPU
 
@@ -165,7 +166,8 @@ def infer(request: InferRequest) -> list[dict]:
     prompts = read_prompts(request.prompts, request.input)
     engine = request.engine
     with status("Loading model..." if engine == "transformers" else f"Loading model in {engine}..."):
-        loaded, configs = load_for_infer(request.model, request.dtype, request.mask, engine, vllm_job(request, prompts))
+        loaded, configs = load_for_infer(request.model, request.dtype, request.mask, engine, vllm_job(request, prompts),
+                                         request.base_quantization)  # torch: once inputs are good
     with status(f"Generating {len(prompts)} prompt(s) x {len(configs)} setting(s)..."):
         records = run_infer(loaded, prompts, configs, request.settings)
     if request.output:

@@ -249,6 +249,7 @@ class LocateRequest:
     json_out: Path | None = None
     plot: Path | None = None
     dtype: str = "auto"
+    base_quantization: str = "recorded"  # models.BASE_QUANTIZATIONS
     overwrite: bool = False
 
 
@@ -267,7 +268,7 @@ def locate(request: LocateRequest, plot: Callable[[dict, Path], Path] | None = N
             check_output_file(path, overwrite=request.overwrite, flag=flag, inputs=inputs)
     texts = load_prompts(request.prompts, request.dataset, request.text_field, request.num_prompts)
     with status("Loading model..."):
-        loaded = load_model(request.model, dtype=request.dtype)
+        loaded = load_model(request.model, dtype=request.dtype, quantization=request.base_quantization)
     with task("Measuring layers (prompts)", len(texts) * (1 + len(request.mask_rates))) as advance:
         report = run_locate(loaded, texts, max_length=request.max_length, batch_size=request.batch_size,
                             mask_rates=request.mask_rates, progress=advance)

@@ -1,7 +1,7 @@
 """FSDP for wemask's trainers, on GPUs and on the CPU.
 
-Asked for with TRL's `--fsdp "full_shard auto_wrap"` (and `--fsdp_config`), or by `accelerate launch` with an FSDP
-config (recipes/accelerate/fsdp.yaml sets ACCELERATE_USE_FSDP and FSDP_*). accelerate 1.15 switches to FSDP only
+Asked for with TRL's bare `--fsdp` (and `--fsdp_config`; the string "full_shard auto_wrap" is deprecated), or by
+`accelerate launch` with an FSDP config (recipes/accelerate/fsdp.yaml sets ACCELERATE_USE_FSDP and FSDP_*). accelerate 1.15 switches to FSDP only
 for GPU-type process groups: on the CPU (gloo) every multi-process run is MULTI_CPU, and the FSDP settings are
 dropped without a word, so each rank would train the whole model under DDP. `shard_on_cpu` tells accelerate's
 shared state, before the trainer builds its Accelerator, that this CPU run is FSDP; accelerate then prepares the

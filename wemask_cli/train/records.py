@@ -33,9 +33,10 @@ class RunRecord:
         self.source: str | None = None
         self.data_format: str | None = None
         self.data_sha256: str | None = None  # of a local --dataset (report groups runs by it)
+        self.precision = None  # precision.PrecisionProbe: the dtypes training really used
         self.started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
-    def run_json(self, config: WeMaskConfig) -> dict:
+    def run_json(self, config: WeMaskConfig, directory: Path) -> dict:
         args = self.resolved.args
         return {
             "stage": self.stage.name,
@@ -45,6 +46,7 @@ class RunRecord:
             "seed": args.seed,
             "world_size": args.world_size,
             "distributed": self.distributed,
+            "dtypes": self.precision.facts(directory) if self.precision else None,
             "model_source": self.source,
             "data_format": self.data_format,
             "data_sha256": self.data_sha256,
@@ -58,17 +60,20 @@ class RunRecord:
         }
 
     def write(self, directory: str | Path, model=None) -> WeMaskConfig:
-        """Write the interventions (configs, the remedies' weights, wemask_config.json), then the run record (the
-        checkpoint's completion mark), each atomically; returns the WeMask config written (free mode: dims from
-        the weights saved)."""
+        """Save the model's tied weights once (tied.py), write the interventions (configs, the remedies' weights,
+        wemask_config.json), then the run record (the checkpoint's completion mark), each atomically; returns the
+        WeMask config written (free mode: dims from the weights saved)."""
         from .install import free_mode_dims
+        from .tied import save_tied_once
 
         directory = Path(directory)
+        if model is not None:
+            save_tied_once(directory, model)
         config = self.installation.wemask
         if config.mode == "free" and model is not None:
             config = free_mode_dims(model, config)
         self.installation.save(directory, config)
-        atomic_write_json(directory / RUN_RECORD_FILE, self.run_json(config))
+        atomic_write_json(directory / RUN_RECORD_FILE, self.run_json(config, directory))
         return config
 
 

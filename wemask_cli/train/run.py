@@ -225,12 +225,14 @@ def _eval_strategy(args) -> str:
 
 
 def run_callbacks(callbacks: list, args, interrupt, record, claim, divergence) -> list:
-    """The trainer callbacks of a run: the caller's, FSDP's, then wemask's own (see callbacks.py)."""
+    """The trainer callbacks of a run: the caller's, FSDP's, then wemask's own (see callbacks.py, precision.py)."""
     from .callbacks import CheckpointRecordCallback, FinishedAtResume, SaveOnInterrupt
+    from .precision import PrecisionProbe
     from .steps import StepLines
 
-    return [*callbacks, *fsdp.callbacks(args), SaveOnInterrupt(interrupt), CheckpointRecordCallback(record, claim), divergence,
-            FinishedAtResume(), StepLines()]
+    record.precision = PrecisionProbe()
+    return [*callbacks, *fsdp.callbacks(args), record.precision, SaveOnInterrupt(interrupt), CheckpointRecordCallback(record, claim),
+            divergence, FinishedAtResume(), StepLines()]
 
 
 def stopped_early(divergence, interrupt, output: Path) -> str | None:

@@ -5,6 +5,7 @@ with a traceback once training starts."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import types
@@ -45,7 +46,14 @@ def _item_kinds(hint) -> frozenset:
 
 @cache
 def _field_types(config_class) -> dict:
-    return {name: (_kinds(hint), _item_kinds(hint)) for name, hint in typing.get_type_hints(config_class).items()}
+    """Each field's (kinds, item kinds); a flag that may stand alone (argparse `const`, e.g. a bare `--fsdp` for
+    fsdp=True, the form transformers >= 5.20 keeps) accepts its const's type too."""
+    found = {name: (_kinds(hint), _item_kinds(hint)) for name, hint in typing.get_type_hints(config_class).items()}
+    for field in dataclasses.fields(config_class):
+        if "const" in field.metadata and field.name in found:
+            kinds, items = found[field.name]
+            found[field.name] = (kinds | {type(field.metadata["const"])}, items)
+    return found
 
 
 def _mismatch(value, kinds: frozenset) -> bool:
