@@ -6,7 +6,6 @@ One module per command registers it (`register(app)`); each imports its work ins
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from typing import Annotated
@@ -17,12 +16,14 @@ from .. import ranks
 from ..errors import WeMaskError
 from . import env, infer, locate, report, train
 from . import eval as eval_command
+from .commands import CommandGroup, Interrupted
 
 PAPERS = (
     "WeMask and the ME (massive emergence) layer: arXiv:2605.08504. "
     "Attention/residual sinks and their remedies (GatedNorm, PreAffine, gated attention): arXiv:2601.22966."
 )
 app = typer.Typer(
+    cls=CommandGroup,  # commands whose flags come from plugins are built when run, not for `wemask --help`
     help="WeMask: mask the massive-activation token's attention input, at inference or while fine-tuning with TRL.\n\n"
     "Layer indices are 0-based everywhere (layer l is model.model.layers\\[l]).\n\n" + PAPERS,
     no_args_is_help=True,
@@ -56,27 +57,8 @@ BUG_REPORT = (
 )
 
 
-class Interrupted(Exception):
-    """Ctrl-C in a command (Typer would turn it into a silent exit 130): main() says so on one line."""
-
-
-def interruptible(callback):
-    """The command, with Ctrl-C raised as Interrupted (typer's signature inspection follows __wrapped__)."""
-
-    @functools.wraps(callback)
-    def command(*args, **kwargs):
-        try:
-            return callback(*args, **kwargs)
-        except KeyboardInterrupt:
-            raise Interrupted() from None
-
-    return command
-
-
-for module in (infer, locate, train, eval_command, report, env):
-    module.register(app)
-for info in app.registered_commands:
-    info.callback = interruptible(info.callback)
+COMMANDS = (infer, locate, train, eval_command, report, env)  # in `wemask --help` order (cli/commands.py)
+CommandGroup.modules = COMMANDS
 
 
 def quiet_libraries() -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..data.formats import TrainingData
-from ..plugins import left_out, load_plugins
+from ..plugins import declared, left_out, load_plugins
 
 PLUGIN_GROUP = "wemask.stages"
 BUILTIN = ("sft", "dpo", "grpo")  # modules of this package, each with a STAGE spec, in `wemask --help` order
@@ -71,27 +71,38 @@ class StageSpec:
         return getattr(importlib.import_module(module), attr)
 
 
-def _plugin_specs() -> dict[str, StageSpec]:
-    """The specs named by the entry points of `wemask.stages` (loaded once per process); anything else is left out."""
-    specs = {}
-    for name, spec in load_plugins(PLUGIN_GROUP, "trainer stage"):
-        if isinstance(spec, StageSpec):
-            specs[spec.name] = spec
-        else:
-            left_out("trainer stage", name, PLUGIN_GROUP, "is not a StageSpec")
-    return specs
+def plugin_spec(plugin) -> StageSpec | None:
+    """The StageSpec a `wemask.stages` entry point names, or None (one warning) when it is not one, takes a built-in's
+    name, or is not named like its entry point (the command `wemask --help` lists from the metadata alone)."""
+    spec = plugin.value
+    if not isinstance(spec, StageSpec):
+        why = "is not a StageSpec"
+    elif spec.name in BUILTIN:
+        why = f"takes the name {spec.name!r} of a built-in stage (wemask_cli.train.{spec.name})"
+    elif spec.name != plugin.name:
+        why = f"declares the stage {spec.name!r} under the entry-point name {plugin.name!r}: name them alike"
+    else:
+        return spec
+    left_out("trainer stage", plugin.source, PLUGIN_GROUP, why)
+    return None
 
 
 def builtin_specs() -> dict[str, StageSpec]:
     return {name: importlib.import_module(f".{name}", __package__).STAGE for name in BUILTIN}
 
 
-def stage_specs() -> dict[str, StageSpec]:
-    """Every stage by name: the built-in ones, then the plugins' (a plugin cannot replace a built-in)."""
+def plugin_stage_names() -> dict[str, str]:
+    """{command name: source} of the stages plugins declare, from the installed metadata only (nothing imported)."""
+    return {name: source for name, source in declared(PLUGIN_GROUP).items() if name not in BUILTIN}
+
+
+def stage_specs(name: str | None = None) -> dict[str, StageSpec]:
+    """Every stage by name: the built-in ones, then the plugins' (a plugin cannot replace a built-in); with `name`
+    a built-in, the plugins are not loaded."""
     found = builtin_specs()
-    for name, spec in _plugin_specs().items():
-        if name in found:
-            left_out("trainer stage", spec.stage_class, PLUGIN_GROUP, f"takes the name {name!r} of a built-in stage")
-        else:
-            found[name] = spec
+    if name in found:
+        return found
+    for plugin in load_plugins(PLUGIN_GROUP, "trainer stage"):
+        if (spec := plugin_spec(plugin)) is not None:
+            found[spec.name] = spec
     return found
