@@ -54,33 +54,32 @@ class CommandGroup(TyperGroup):
     modules: tuple = ()
 
     def listing(self) -> dict:
-        """{name: command} of every module, a lazy command not built yet as a placeholder holding its help."""
-        if not hasattr(self, "eager"):
-            self.eager = {id(m): built(m) for m in self.modules if not hasattr(m, "summaries")}
-            self.lazy = {}
-        found = {}
-        for module in self.modules:
-            if hasattr(module, "summaries"):
-                found.update({name: self.lazy.get(name) or TyperCommand(name, help=text, rich_markup_mode=RICH_MARKUP)
-                              for name, text in module.summaries().items()})
-            else:
-                found.update(self.eager[id(module)])
-        return found
+        """{name: command} of every module, read once; a lazy command not built yet is a placeholder with its help."""
+        if not hasattr(self, "owners"):
+            self.owners, self.commands = {}, {}
+            for module in self.modules:
+                if not hasattr(module, "summaries"):
+                    self.commands.update(built(module))
+                    continue
+                for name, text in module.summaries().items():
+                    self.owners[name] = module
+                    self.commands[name] = TyperCommand(name, help=text, rich_markup_mode=RICH_MARKUP)
+        return self.commands
 
     def list_commands(self, ctx) -> list[str]:
-        return list(self.commands or self.listing())
+        return list(self.listing())
 
     def get_command(self, ctx, cmd_name: str):
-        return (self.commands or self.listing()).get(cmd_name)
+        return self.listing().get(cmd_name)
 
     def resolve_command(self, ctx, args: list[str]):
         """Build the lazy command `args[0]` names (loading the plugins it needs), then resolve as click does; a
         command whose plugin failed to load is then no command at all."""
-        self.commands = self.listing()
-        owner = next((m for m in self.modules if hasattr(m, "summaries") and args and args[0] in m.summaries()), None)
-        if owner is not None:
-            self.lazy.update(built(owner, args[0]))
-            self.commands = self.listing()
-            if args[0] not in self.lazy:
-                del self.commands[args[0]]
+        name = args[0] if args else None
+        if name in self.listing() and name in self.owners:
+            commands = built(self.owners.pop(name), name)
+            if name in commands:
+                self.commands[name] = commands[name]
+            else:
+                del self.commands[name]
         return super().resolve_command(ctx, args)

@@ -8,6 +8,7 @@ here: the built-in modules in BUILTIN, and every entry point of the group `wemas
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass
 from typing import Any
@@ -91,9 +92,17 @@ def builtin_specs() -> dict[str, StageSpec]:
     return {name: importlib.import_module(f".{name}", __package__).STAGE for name in BUILTIN}
 
 
+@functools.cache
 def plugin_stage_names() -> dict[str, str]:
-    """{command name: source} of the stages plugins declare, from the installed metadata only (nothing imported)."""
-    return {name: source for name, source in declared(PLUGIN_GROUP).items() if name not in BUILTIN}
+    """{command name: source} of the stages plugins declare, from the installed metadata only (nothing imported);
+    an entry point named like a built-in stage is one warning (once per process) and is left out."""
+    found = {}
+    for name, source in declared(PLUGIN_GROUP).items():
+        if name in BUILTIN:
+            left_out("trainer stage", source, PLUGIN_GROUP, f"takes the name {name!r} of the built-in stage wemask_cli.train.{name}")
+        else:
+            found[name] = source
+    return found
 
 
 def stage_specs(name: str | None = None) -> dict[str, StageSpec]:
@@ -103,6 +112,6 @@ def stage_specs(name: str | None = None) -> dict[str, StageSpec]:
     if name in found:
         return found
     for plugin in load_plugins(PLUGIN_GROUP, "trainer stage"):
-        if (spec := plugin_spec(plugin)) is not None:
+        if plugin.name in plugin_stage_names() and (spec := plugin_spec(plugin)) is not None:  # else warned already
             found[spec.name] = spec
     return found
