@@ -126,3 +126,11 @@ def run_main(monkeypatch, capsys, *args) -> tuple[int, str, str]:
         code = exit_info.code or 0
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="session")
+def trl_flags_known():
+    """TRL's flag spellings in the cache folder, as any earlier training command of these releases leaves them."""
+    from wemask_cli.train.trl_flags import trl_flags
+
+    return {config: trl_flags(config) for config in ("SFTConfig", "DPOConfig", "GRPOConfig")}

@@ -23,7 +23,7 @@ def plugin_path(tmp_path):
     return declaring(tmp_path, "toy-sft = toy_stage:STAGE")
 
 
-def test_plugin_stage_is_a_command_whose_help_needs_no_torch(plugin_path):
+def test_plugin_stage_is_a_command_whose_help_needs_no_torch(plugin_path, trl_flags_known):
     listing = wemask(plugin_path, "--help", blocked=True)  # listed from the entry point's metadata: nothing loaded
     assert listing.returncode == 0 and "toy-sft" in listing.stdout and "wemask-toy-plugin 0.1" in listing.stdout, listing.stderr
     assert "Toy supervised fine-tuning" not in listing.stdout

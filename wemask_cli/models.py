@@ -23,6 +23,7 @@ import torch
 from safetensors import SafetensorError
 
 from . import progress
+from .cache import cache_dir
 from .errors import WeMaskError, first_line
 from .finite import require_finite_file, require_finite_model
 from .method.config import WeMaskConfig
@@ -56,14 +57,6 @@ class LoadedModel:
     def saved_wemask(self) -> WeMaskConfig | None:
         """The saved WeMask config (applied per mask rate through masking.MaskRequest, not at load)."""
         return self.saved.wemask if self.saved else None
-
-
-def cache_dir() -> Path:
-    """$WEMASK_CACHE, else $XDG_CACHE_HOME/wemask, else ~/.cache/wemask."""
-    if os.environ.get("WEMASK_CACHE"):
-        return Path(os.environ["WEMASK_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "wemask"
 
 
 def embedded_gguf_path() -> Path:
@@ -115,7 +108,7 @@ def converted_gguf_dir(gguf: Path) -> Path:
             quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
             config = quantized.config
             del config.quantization_config
-            config._name_or_path = str(target)
+            config.name_or_path = str(target)
             plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
             plain.load_state_dict(quantized.state_dict())
             with atomic_directory(target) as staging:

@@ -62,9 +62,8 @@ CommandGroup.modules = COMMANDS
 
 
 def quiet_libraries() -> None:
-    """Library noise off (progress bars, bitsandbytes' CPU notice, deprecations), without importing the libraries."""
-    import warnings
-
+    """Library noise off (progress bars, bitsandbytes' CPU notice), without importing the libraries; their warnings
+are quieted around the command only (compat/notices.py)."""
     from ..kernel_notice import drop_notice
 
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read when huggingface_hub is first imported
@@ -75,11 +74,9 @@ def quiet_libraries() -> None:
 
         hf_logging.disable_progress_bar()
     drop_notice()  # bitsandbytes' kernels-community notice on every CPU import (wemask_cli/kernel_notice.py)
-    warnings.filterwarnings("ignore", category=FutureWarning)  # libraries' deprecation notices, not the user's doing
     if ranks.rank() != 0:  # under a launcher the main process speaks for all: the others' library chatter off too
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
-        warnings.filterwarnings("ignore")
 
 
 def did_you_mean(message: str) -> str:
@@ -105,12 +102,14 @@ def usage_error(err: Exception) -> None:
 def main() -> None:
     """Entry point: user errors become one line on stderr and exit code 2; Ctrl-C one line and exit 130."""
     from .. import progress
+    from ..compat.notices import library_notices_quiet
     from ..render.common import RichReporter
 
     try:
         quiet_libraries()
         progress.set_reporter(RichReporter())
-        code = app(prog_name="wemask", standalone_mode=False)  # usage errors come back here, not as a boxed usage text
+        with library_notices_quiet(every_warning=ranks.rank() != 0):
+            code = app(prog_name="wemask", standalone_mode=False)  # usage errors come back here, not a boxed usage text
     except WeMaskError as err:
         line = ranks.error_line(str(err))  # under a launcher: once, by the main process, unless only this rank failed
         if line:
