@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from conftest import run_main
 
-from wemask_cli.compat import CompatError, accelerate, argparse, datasets, huggingface_hub, transformers
+from wemask_cli.compat import CompatError, accelerate, argparse, bitsandbytes, datasets, huggingface_hub, transformers
 from wemask_cli.compat.notices import library_notices_quiet
 
 PACKAGE = Path(__file__).resolve().parent.parent / "wemask_cli"
 
 
-@pytest.mark.parametrize("module", [accelerate, argparse, datasets, huggingface_hub, transformers],
+@pytest.mark.parametrize("module", [accelerate, argparse, bitsandbytes, datasets, huggingface_hub, transformers],
                          ids=lambda m: m.__name__.rpartition(".")[2])
 def test_canary_the_internals_wemask_touches_are_where_it_expects(module):
     module.check()

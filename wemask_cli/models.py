@@ -231,7 +231,7 @@ def from_pretrained_options(weights_from: str, torch_dtype, quantization: str | 
         if quantization == "4bit" and not torch.cuda.is_available():
             import bitsandbytes  # noqa: F401  (its CPU back-end decides the kernel when imported)
 
-            from .kernel_notice import four_bit_kernel_line
+            from .compat.bitsandbytes import four_bit_kernel_line
 
             progress.say(four_bit_kernel_line())
     return hub, kwargs

@@ -64,7 +64,7 @@ CommandGroup.modules = COMMANDS
 def quiet_libraries() -> None:
     """Library noise off (progress bars, bitsandbytes' CPU notice), without importing the libraries; their warnings
 are quieted around the command only (compat/notices.py)."""
-    from ..kernel_notice import drop_notice
+    from ..compat.bitsandbytes import drop_notice
 
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read when huggingface_hub is first imported
     if not sys.stderr.isatty():  # in a log, datasets' bars are lines of carriage returns: wemask's own lines remain
@@ -73,7 +73,7 @@ are quieted around the command only (compat/notices.py)."""
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    drop_notice()  # bitsandbytes' kernels-community notice on every CPU import (wemask_cli/kernel_notice.py)
+    drop_notice()  # bitsandbytes' kernels-community notice on every CPU import (compat/bitsandbytes.py)
     if ranks.rank() != 0:  # under a launcher the main process speaks for all: the others' library chatter off too
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
