@@ -104,3 +104,22 @@ def test_a_command_leaves_the_warning_filters_as_it_found_them(monkeypatch, caps
     before = list(warnings.filters)
     code, out, _ = run_main(monkeypatch, capsys, "--version")
     assert code == 0 and out.startswith("wemask ") and warnings.filters == before
+
+
+@pytest.mark.embedded
+def test_on_the_embedded_model_an_installed_remedy_is_kept_out_of_saves_through_compat(embedded):
+    """The real model's save exclusions, read and written only through compat/transformers.py: exactly the remedy's
+    tensors while installed, none after."""
+    from wemask_cli.interventions import install_all
+    from wemask_cli.interventions.gated_norm import GatedNorm
+
+    model = embedded.model
+    assert transformers.is_model(model) and transformers.ignored_on_save(model) == set()
+    installation = install_all(model, [GatedNorm(norms="attn", rank=2)])
+    try:
+        ignored = transformers.ignored_on_save(model)
+        added = {key for key in model.state_dict() if ".wemask_gated_norm_attn." in key}
+        assert added and ignored == added
+    finally:
+        installation.remove()
+    assert transformers.ignored_on_save(model) == set()
