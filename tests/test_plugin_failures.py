@@ -16,6 +16,8 @@ MODULES = {
     "exits": "import sys\nsys.exit(3)\n",
     "not_a_spec": "STAGE = 'a string, not a StageSpec'\n",
     "grpo_named": "import toy_stage, dataclasses\nSTAGE = dataclasses.replace(toy_stage.STAGE, name='grpo')\n",
+    "dict_flag": ("import toy_stage, dataclasses\nfrom wemask_cli.train.stages import StageFlag\n"
+                  "STAGE = dataclasses.replace(toy_stage.STAGE, name='flag-stage', flags=(StageFlag('extra', dict, 'x'),))\n"),
     "list_kind": (
         "from dataclasses import dataclass\nfrom wemask_cli.interventions import Intervention, flag, register\n\n"
         "@register\n@dataclass\nclass ListKind(Intervention):\n    sizes: list = flag(None, 'sizes', main=True)\n"
@@ -41,6 +43,8 @@ BROKEN = {  # entry, the reason its warning gives
 }
 STAGES = {**{f"{k}-stage": (f"{m}:STAGE", why) for k, (m, why) in BROKEN.items()},
           "odd-stage": ("not_a_spec:STAGE", "is not a StageSpec"),
+          "flag-stage": ("dict_flag:STAGE", "declares the flag --extra of type dict: a stage's flag is str, int, float, "
+                         "bool or list"),
           "clash-stage": ("grpo_named:STAGE", "takes the name 'grpo' of a built-in stage (wemask_cli.train.grpo)")}
 KINDS = {**{k: (m, why) for k, (m, why) in BROKEN.items()},
          "list": ("list_kind", "TypeError: ListKind declares --list-kind of a type other than str, int, float or bool"),
