@@ -71,3 +71,4 @@ def test_the_revision_an_eval_records_is_the_cached_snapshots_commit(tmp_path, m
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     assert hub.snapshot_revision("org/name") == "abc123"
     assert hub.snapshot_revision("org/other") is None and hub.snapshot_revision(str(tmp_path)) is None
+    assert hub.snapshot_revision("not a hub id!") is None

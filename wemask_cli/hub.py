@@ -53,7 +53,7 @@ def snapshot_revision(source: str) -> str | None:
     """The commit of the cached hub snapshot a hub id `source` loads from (the cache's documented layout,
     snapshots/COMMIT/, read with huggingface_hub's public `try_to_load_from_cache`); None for a local folder or a
     model not in the cache. transformers 5 no longer records it on the config (`_commit_hash` is gone)."""
-    if "/" not in source or Path(source).expanduser().exists():
+    if Path(source).expanduser().exists():
         return None
     from huggingface_hub import try_to_load_from_cache
 
