@@ -77,11 +77,10 @@ def plugin_spec(plugin) -> StageSpec | None:
     """The StageSpec a `wemask.stages` entry point names, or None (one warning) when it is not one, takes a built-in's
     name, or is not named like its entry point (the command `wemask --help` lists from the metadata alone)."""
     spec = plugin.value
-    unparsable = [f"{f.flag} of type {getattr(f.type, '__name__', f.type)}" for f in getattr(spec, "flags", ())
-                  if getattr(f, "type", None) not in FLAG_TYPES]
     if not isinstance(spec, StageSpec):
         why = "is not a StageSpec"
-    elif unparsable:
+    elif unparsable := [f"{f.flag} of type {getattr(f.type, '__name__', f.type)}" for f in spec.all_flags()
+                        if f.type not in FLAG_TYPES]:
         why = f"declares the flag {', '.join(unparsable)}: a stage's flag is str, int, float, bool or list"
     elif spec.name in BUILTIN:
         why = f"takes the name {spec.name!r} of a built-in stage (wemask_cli.train.{spec.name})"
