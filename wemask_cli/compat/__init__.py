@@ -1,4 +1,6 @@
-"""Every touch of another library's private API, one module per library (vllm.py, trl.py, accelerate.py, ...).
+"""Every touch of another library's private API, one module per library (accelerate.py, bitsandbytes.py,
+datasets.py, huggingface_hub.py, transformers.py, argparse.py for the standard library, vllm.py); TRL needs none
+(train/trl_flags.py reads its public config dataclasses). notices.py holds the only warning filters, around a command.
 
 Each module names the versions its patches were verified on and reaches the private names only through `require`,
 which checks at run time that the name exists (and, for a callable, takes the expected parameters). A library
