@@ -137,6 +137,14 @@ def run_main(monkeypatch, capsys, *args) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+@pytest.fixture(scope="session")
+def trl_flags_known():
+    """TRL's flag spellings in the cache folder, as any earlier training command of these releases leaves them."""
+    from wemask_cli.train.trl_flags import trl_flags
+
+    return {config: trl_flags(config) for config in ("SFTConfig", "DPOConfig", "GRPOConfig")}
+
+
 def pytest_collection_modifyitems(items):
     """Every test of a module that uses tests/vllm_support.py needs vLLM: mark it `vllm`, so that `make test` runs it
     in the "vllm" environment (and leaves it out of "current", which has no vLLM). The documentation tests are

@@ -17,10 +17,19 @@ RUN = "from wemask_cli.cli import main; import sys; sys.argv[0] = 'wemask'; main
 
 def plugin_site(folder: Path, group: str, entry: str) -> Path:
     """`folder`, holding the metadata of a distribution that declares `entry` ('name = module[:attr]') in `group`."""
+    return plugins_site(folder, {group: [entry]})
+
+
+def plugins_site(folder: Path, groups: dict[str, list[str]], modules: dict[str, str] | None = None) -> Path:
+    """`folder`, holding the metadata of the distribution wemask-toy-plugin 0.1 that declares the entries of each
+    group, and the plugin `modules` ({name: source}) it installs."""
     dist = folder / "wemask_toy_plugin-0.1.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: wemask-toy-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(f"[{group}]\n{entry}\n")
+    (dist / "entry_points.txt").write_text("".join(f"[{group}]\n" + "".join(f"{e}\n" for e in entries)
+                                                   for group, entries in groups.items()))
+    for name, source in (modules or {}).items():
+        (folder / f"{name}.py").write_text(source)
     return folder
 
 

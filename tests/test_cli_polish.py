@@ -3,11 +3,13 @@ mistyped flags refused at once with a suggestion, in every command, without impo
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
 from conftest import run_main
-from test_startup import COMMANDS, wemask_without_torch
+from test_startup import COMMANDS, RUN_BLOCKED, wemask_without_torch
 
 ALL_COMMANDS = (*COMMANDS, "env")
 
@@ -67,8 +69,9 @@ def test_help_cites_the_papers():
     ],
     ids=lambda value: " ".join(value) if isinstance(value, tuple) else None,
 )
-def test_mistyped_flags_get_a_suggestion_at_once(args, suggestion):
-    """A training typo was refused only after TRL's parser had been built (8-44 s); now before any heavy import."""
+def test_mistyped_flags_get_a_suggestion_at_once(args, suggestion, trl_flags_known):
+    """A training typo was refused only after TRL's parser had been built (8-44 s); now before any heavy import,
+    once an earlier command has read TRL's fields (trl_flags_known)."""
     started = time.perf_counter()
     done = wemask_without_torch(*args)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and suggestion in done.stderr, done.stderr
@@ -76,18 +79,43 @@ def test_mistyped_flags_get_a_suggestion_at_once(args, suggestion):
     assert time.perf_counter() - started < 20  # torch, transformers and TRL are blocked: it cannot have imported them
 
 
-def test_trl_flags_are_read_without_importing_trl():
-    """The pass-through check knows TRL's options in both spellings."""
-    from wemask_cli.train.trl_flags import trl_flags
-
-    flags = trl_flags("DPOConfig")
+def test_trl_flags_are_read_from_the_cache_without_importing_trl(trl_flags_known):
+    """The pass-through check knows TRL's options in both spellings, and a later process reads them from the cache
+    folder with TRL, transformers and torch unimportable."""
+    flags = trl_flags_known["DPOConfig"]
     assert {"--beta", "--learning-rate", "--learning_rate", "--per-device-train-batch-size", "--precompute-ref-log-probs"} <= flags
-    assert "--num-generations" in trl_flags("GRPOConfig") and "--num-generations" not in trl_flags("SFTConfig")
-    assert "--packing" in trl_flags("SFTConfig")
+    assert "--num-generations" in trl_flags_known["GRPOConfig"] and "--num-generations" not in trl_flags_known["SFTConfig"]
+    assert "--packing" in trl_flags_known["SFTConfig"] and "--no_bf16" not in flags  # bf16 defaults to None
+    probe = RUN_BLOCKED.split("from wemask_cli.cli import main")[0] + (
+        "from wemask_cli.train.trl_flags import trl_flags\nprint(len(trl_flags('DPOConfig')))\n")
+    done = subprocess.run([sys.executable, "-c", probe],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.split()[-1] == str(len(flags)), done.stderr
+
+
+def test_trl_flags_follow_the_dataclass_fields_whatever_the_base_class_is_named():
+    """Fields inherited from a base class of any name count (a renamed TRL base class once refused valid flags)."""
+    from dataclasses import dataclass, field
+
+    from wemask_cli.train.trl_flags import spellings
+
+    @dataclass
+    class RenamedBase:
+        learning_rate: float = 1e-5
+        use_cpu: bool = True
+        derived: int = field(default=0, init=False)
+
+    @dataclass
+    class Config(RenamedBase):
+        beta: float = 0.1
+
+    assert spellings(Config) == {"--learning_rate", "--learning-rate", "--use_cpu", "--use-cpu", "--no_use_cpu",
+                                 "--no-use-cpu", "--beta"}
 
 
 def test_trl_flags_agree_with_trls_parser():
     """Every option TRL's own parser accepts is known to the fast check (so no valid flag is ever refused)."""
+    from wemask_cli.compat.argparse import parser_actions
     from wemask_cli.train.dpo import DPOStage
     from wemask_cli.train.grpo import GRPOStage
     from wemask_cli.train.resolve import trl_parser
@@ -96,7 +124,7 @@ def test_trl_flags_agree_with_trls_parser():
 
     for name, stage in (("sft", SFTStage()), ("dpo", DPOStage()), ("grpo", GRPOStage())):
         parser = trl_parser(stage.config_class())
-        accepted = {option for action in parser._actions for option in action.option_strings if option.startswith("--")}
+        accepted = {option for action in parser_actions(parser) for option in action.option_strings if option.startswith("--")}
         assert accepted - {"--help"} <= trl_flags(stage.trl_config), (name, accepted - {"--help"} - trl_flags(stage.trl_config))
 
 

@@ -23,9 +23,10 @@ def imported_modules(function: ast.FunctionDef) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("module, command", [("locate", "locate"), ("infer", "infer"), ("eval", "eval_")])
-def test_a_cli_command_parses_calls_one_command_and_renders(module, command):
-    tree = ast.parse((CLI / f"{module}.py").read_text())
+@pytest.mark.parametrize("module, command, source", [("locate", "locate", "locate"), ("infer", "infer", "infer"),
+                                                     ("eval", "eval_", "eval_flags")])
+def test_a_cli_command_parses_calls_one_command_and_renders(module, command, source):
+    tree = ast.parse((CLI / f"{source}.py").read_text())
     function = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == command)
     modules = imported_modules(function)
     assert not [m for m in modules if m.split(".")[0] in WORKERS], modules

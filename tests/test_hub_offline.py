@@ -58,3 +58,17 @@ def test_hf_hub_offline_is_respected_without_a_check(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(hub, "hub_reachable", lambda: pytest.fail("no network check when HF_HUB_OFFLINE is set"))
     hub.before_hub_fetch("--model x/y")
+
+
+def test_the_revision_an_eval_records_is_the_cached_snapshots_commit(tmp_path, monkeypatch):
+    """transformers 5 dropped the config's `_commit_hash` (eval's revision was then always null, silently): the
+    commit is read from the hub cache's snapshot folder instead."""
+    repo = tmp_path / "models--org--name"
+    (repo / "snapshots" / "abc123").mkdir(parents=True)
+    (repo / "snapshots" / "abc123" / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    assert hub.snapshot_revision("org/name") == "abc123"
+    assert hub.snapshot_revision("org/other") is None and hub.snapshot_revision(str(tmp_path)) is None
+    assert hub.snapshot_revision("not a hub id!") is None

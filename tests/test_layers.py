@@ -17,7 +17,7 @@ Ranks (a module may import its own rank or lower, except as the rules below say)
     3  engines/                   where a forward runs (vLLM); imported only by commands/, eval/ and train/
     2  models, bos, gguf_cache, locate_cache, data/, interventions/, prompts, masking, massive, rewards/
                                   the building blocks eval and train share
-    1  outputs/, progress, ranks, versions, finite, hub, model_names, resources/, kernel_notice, plugins, compat/
+    1  outputs/, progress, ranks, versions, finite, hub, model_names, resources/, plugins, compat/, cache
                                   plumbing with no knowledge of models or data
     0  method/, the package root  the science (torch only); wemask_cli/__init__.py re-exports it lazily
    -1  errors, atomic             imported by every module (the user-facing error family; atomic writes)
@@ -46,7 +46,7 @@ RANKS = {
     **dict.fromkeys(("models", "bos", "gguf_cache", "locate_cache", "data", "interventions", "prompts", "masking", "massive",
                      "rewards"), 2),
     **dict.fromkeys(("outputs", "progress", "ranks", "versions", "finite", "hub", "model_names", "resources", "plugins",
-                     "kernel_notice", "compat"), 1),
+                     "compat", "cache"), 1),
     **dict.fromkeys(("method", ""), 0),
     **dict.fromkeys(("errors", "atomic"), -1),
 }

@@ -56,10 +56,10 @@ def test_eval_table_fits_80_columns_with_every_header_whole(quantize):
 
 
 def test_bitsandbytes_kernel_notice_is_dropped_and_nothing_else():
-    from wemask_cli.kernel_notice import NOTICE_LOGGER, drop_notice
+    from wemask_cli.compat.bitsandbytes import NOTICE_LOGGER, drop_notice
 
     script = (
-        "import sys\nfrom wemask_cli.kernel_notice import drop_notice, four_bit_kernel_line\ndrop_notice()\n"
+        "import sys\nfrom wemask_cli.compat.bitsandbytes import drop_notice, four_bit_kernel_line\ndrop_notice()\n"
         "import bitsandbytes\nops = sys.modules['bitsandbytes.backends.cpu.ops']\n"
         "print(getattr(ops, 'gemm_4bit_forward_kernel', 'no avx512'), four_bit_kernel_line(), sep='|')\n"
     )

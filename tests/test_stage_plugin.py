@@ -23,11 +23,13 @@ def plugin_path(tmp_path):
     return declaring(tmp_path, "toy-sft = toy_stage:STAGE")
 
 
-def test_plugin_stage_is_a_command_whose_help_needs_no_torch(plugin_path):
-    listing = wemask(plugin_path, "--help", blocked=True)
-    assert listing.returncode == 0 and "toy-sft" in listing.stdout and "Toy supervised fine-tuning" in listing.stdout, listing.stderr
+def test_plugin_stage_is_a_command_whose_help_needs_no_torch(plugin_path, trl_flags_known):
+    listing = wemask(plugin_path, "--help", blocked=True)  # listed from the entry point's metadata: nothing loaded
+    assert listing.returncode == 0 and "toy-sft" in listing.stdout and "wemask-toy-plugin 0.1" in listing.stdout, listing.stderr
+    assert "Toy supervised fine-tuning" not in listing.stdout
     own = wemask(plugin_path, "toy-sft", "--help", blocked=True)
     assert own.returncode == 0 and "--toy-note" in own.stdout and "--mask-rate" in own.stdout, own.stderr
+    assert "Toy supervised fine-tuning" in own.stdout
     typo = wemask(plugin_path, "toy-sft", "--toy-notes", "x", blocked=True)  # TRL's SFTConfig flags known too
     assert typo.returncode == 2 and "No such option: --toy-notes (did you mean --toy-note?)" in typo.stderr, typo.stderr
     assert "toy-sft" not in wemask(None, "--help", blocked=True).stdout
@@ -36,16 +38,29 @@ def test_plugin_stage_is_a_command_whose_help_needs_no_torch(plugin_path):
 @pytest.mark.parametrize(
     "entry, message",
     [
-        ("bad = no_such_module:STAGE", "cannot be loaded: No module named 'no_such_module'"),
+        ("bad = no_such_module:STAGE", "failed to load: ModuleNotFoundError: No module named 'no_such_module'"),
         ("bad = toy_stage:ToySFTStage", "is not a StageSpec"),
-        ("sft = wemask_cli.train.sft:STAGE", "takes the name 'sft' of a built-in stage"),
+        ("bad = toy_stage:STAGE", "declares the stage 'toy-sft' under the entry-point name 'bad': name them alike"),
     ],
-    ids=("missing", "not-a-spec", "built-in-name"),
+    ids=("missing", "not-a-spec", "misnamed"),
 )
 def test_a_broken_plugin_is_one_warning_and_the_rest_works(tmp_path, entry, message):
-    done = wemask(declaring(tmp_path, entry), "--help", blocked=True)
-    assert done.returncode == 0 and " sft " in done.stdout and "toy-sft" not in done.stdout, done.stderr
-    assert done.stderr.count("\n") == 1 and done.stderr.startswith("wemask: warning: the trainer stage plugin") and message in done.stderr
+    site = declaring(tmp_path, entry)
+    listing = wemask(site, "--help", blocked=True)  # the plugin is not loaded: listed, and no warning
+    assert listing.returncode == 0 and " sft " in listing.stdout and " bad " in listing.stdout and not listing.stderr
+    done = wemask(site, "bad", "--help", blocked=True)
+    assert done.returncode == 2 and "No such command 'bad'" in done.stderr, done.stderr
+    warning = done.stderr.splitlines()[0]
+    assert warning.startswith("wemask: warning: the trainer stage plugin bad = ") and message in warning, done.stderr
+    assert "wemask-toy-plugin 0.1" in warning and done.stderr.count("\n") == 2
+    builtin = wemask(site, "sft", "--help", blocked=True)  # a built-in stage's command loads no stage plugin
+    assert builtin.returncode == 0 and "--mask-rate" in builtin.stdout and not builtin.stderr, builtin.stderr
+
+
+def test_a_plugin_stage_named_like_a_built_in_is_one_warning_and_the_built_in_works(tmp_path):
+    done = wemask(declaring(tmp_path, "sft = toy_stage:STAGE"), "sft", "--help", blocked=True)
+    assert done.returncode == 0 and "Supervised fine-tuning with TRL" in done.stdout and "--toy-note" not in done.stdout
+    assert done.stderr.count("\n") == 1 and "takes the name 'sft' of the built-in stage wemask_cli.train.sft" in done.stderr
 
 
 def test_plugin_stage_trains_writes_its_records_and_reports(plugin_path, tmp_path, tiny_model_dir):

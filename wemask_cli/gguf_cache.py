@@ -24,6 +24,7 @@ from pathlib import Path
 from . import progress
 from .atomic import umask
 from .bos import GGUF_RECORD, gguf_add_bos, match_bos, record_gguf_add_bos
+from .cache import cache_dir
 from .errors import WeMaskError, first_line
 from .outputs import MODEL_CONFIG_FILE
 
@@ -34,15 +35,6 @@ TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 # what a bad GGUF file raises: not GGUF or unsupported (ValueError), truncated (struct.error, IndexError, KeyError),
 # an architecture gguf-py does not know (NotImplementedError), an unreadable file or a full disk (OSError)
 GGUF_FILE_ERRORS = (OSError, ValueError, LookupError, struct.error, NotImplementedError)
-
-
-def cache_dir() -> Path:
-    """wemask's cache folder (converted models, locate results): $WEMASK_CACHE, else $XDG_CACHE_HOME/wemask, else
-    ~/.cache/wemask."""
-    if os.environ.get("WEMASK_CACHE"):
-        return Path(os.environ["WEMASK_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "wemask"
 
 
 def embedded_gguf_path() -> Path:
@@ -171,7 +163,7 @@ def convert(gguf: Path, target: Path) -> None:
     quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = quantized.config
     del config.quantization_config
-    config._name_or_path = str(target)
+    config.name_or_path = str(target)
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(quantized.state_dict())
     with atomic_directory(target) as staging:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import functools
 import os
 import socket
-import sys
+from pathlib import Path
 from urllib.parse import urlparse
 
 from . import progress
+from .compat import datasets, huggingface_hub  # their offline switches (wemask_cli/compat/)
 
 CHECK_SECONDS = 3.0
 TRUE = {"1", "true", "yes", "on"}
@@ -48,10 +49,23 @@ def before_hub_fetch(what: str) -> None:
     progress.warn(f"{what}: the Hugging Face Hub is not reachable, so only cached copies are used (as with HF_HUB_OFFLINE=1)")
 
 
+def snapshot_revision(source: str) -> str | None:
+    """The commit of the cached hub snapshot a hub id `source` loads from (the cache's documented layout,
+    snapshots/COMMIT/, read with huggingface_hub's public `try_to_load_from_cache`); None for a local folder or a
+    model not in the cache. transformers 5 no longer records it on the config (`_commit_hash` is gone)."""
+    if Path(source).expanduser().exists():
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(source, "config.json")
+    except ValueError:  # not a valid hub id (huggingface_hub's HFValidationError)
+        return None
+    return Path(found).parent.name if isinstance(found, str) else None
+
+
 def go_offline() -> None:
     """HF_HUB_OFFLINE=1 for this process, also in the hub libraries already imported (they read it at import)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
-    for module, attribute in (("huggingface_hub.constants", "HF_HUB_OFFLINE"), ("datasets.config", "HF_HUB_OFFLINE"),
-                              ("datasets.config", "HF_DATASETS_OFFLINE")):
-        if module in sys.modules and hasattr(sys.modules[module], attribute):
-            setattr(sys.modules[module], attribute, True)
+    huggingface_hub.go_offline()
+    datasets.go_offline()

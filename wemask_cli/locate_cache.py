@@ -17,7 +17,7 @@ from pathlib import Path
 from torch import nn
 
 from .atomic import atomic_write_text
-from .gguf_cache import cache_dir
+from .cache import cache_dir
 from .method import locate as method
 from .method.arch import base_model, model_type
 from .models import LoadedModel

@@ -18,6 +18,7 @@ from safetensors import SafetensorError
 
 from . import progress
 from .bos import declared_add_bos, match_bos, write_bos_in_chat_template
+from .cache import cache_dir  # noqa: F401  (re-exported: `from wemask_cli.models import cache_dir`)
 from .errors import WeMaskError, first_line
 from .finite import require_finite_file, require_finite_model
 from .gguf_cache import converted_gguf_dir, embedded_model_dir
@@ -159,7 +160,7 @@ def from_pretrained_options(weights_from: str, torch_dtype, quantization: str | 
         if quantization == "4bit" and not torch.cuda.is_available():
             import bitsandbytes  # noqa: F401  (its CPU back-end decides the kernel when imported)
 
-            from .kernel_notice import four_bit_kernel_line
+            from .compat.bitsandbytes import four_bit_kernel_line
 
             progress.say(four_bit_kernel_line())
     return hub, kwargs

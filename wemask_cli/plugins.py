@@ -1,28 +1,78 @@
 """Plugins: what other packages declare under wemask's entry-point groups (`wemask.interventions`, `wemask.stages`,
-`wemask.eval_tasks`), loaded once per process; a plugin that cannot be loaded is one warning line and is left out,
-so the CLI still starts. Imports nothing heavy."""
+`wemask.eval_tasks`), loaded once per process and only when a command needs them (never for `wemask --help` or
+`--version`). Whatever goes wrong while a plugin loads or registers (an import error, a SyntaxError, a RuntimeError,
+even SystemExit, a bad declaration, a name another kind already has) is one warning line naming the plugin's entry
+point and distribution; that plugin is left out, what it had registered is undone, and the rest works.
+Imports nothing heavy."""
 
 from __future__ import annotations
 
-import functools
-from importlib.metadata import entry_points
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
 
 from .progress import warn
 
+FAILURES = (Exception, SystemExit)  # a plugin calling sys.exit() must not end wemask; Ctrl-C still does
+_LOADED: dict[str, tuple[Plugin, ...]] = {}
 
-@functools.cache
-def load_plugins(group: str, what: str) -> tuple[tuple[str, object], ...]:
-    """(entry-point name, loaded object) for every entry point of `group` that loads; `what` names the plugin kind
-    in the warning ("intervention", "trainer stage", "eval task")."""
-    loaded = []
-    for point in entry_points(group=group):
-        try:
-            loaded.append((point.name, point.load()))
-        except (ImportError, AttributeError) as err:
-            left_out(what, f"{point.name} = {point.value!r}", group, f"cannot be loaded: {err}")
-    return tuple(loaded)
+
+@dataclass(frozen=True)
+class Plugin:
+    """One loaded entry point: its name, where it comes from (for warnings), and the object it names."""
+
+    name: str
+    source: str
+    value: object
+
+
+def source_of(point: EntryPoint) -> str:
+    """'toy = toy_stage:STAGE' from the distribution wemask-toy 0.1: what a warning names."""
+    dist = getattr(point, "dist", None)
+    origin = f" from the distribution {dist.metadata['Name']} {dist.version}" if dist is not None else ""
+    return f"{point.name} = {point.value!r}{origin}"
+
+
+def declared(group: str) -> dict[str, str]:
+    """{entry-point name: source} of `group`, read from the installed metadata; nothing is imported."""
+    return {point.name: source_of(point) for point in entry_points(group=group)}
+
+
+def load_plugins(group: str, what: str, registry: dict | None = None) -> tuple[Plugin, ...]:
+    """Every entry point of `group` that loads, once per process; `what` names the plugin kind in the warning
+    ("intervention", "trainer stage", "eval task"); `registry` (the dict a plugin's import registers into) is
+    restored when its plugin fails, so a plugin is in or out as a whole."""
+    if group not in _LOADED:
+        loaded = []
+        for point in entry_points(group=group):
+            before = dict(registry) if registry is not None else None
+            try:
+                loaded.append(Plugin(point.name, source_of(point), point.load()))
+            except FAILURES as err:
+                if registry is not None:
+                    registry.clear()
+                    registry.update(before)
+                left_out(what, source_of(point), group, f"failed to load: {failure(err)}")
+        _LOADED[group] = tuple(loaded)
+    return _LOADED[group]
+
+
+def failure(err: BaseException) -> str:
+    """An exception as one line: 'SyntaxError: invalid syntax (mod.py, line 3)'."""
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 def left_out(what: str, plugin: str, group: str, why: str) -> None:
     """The one warning line for a plugin left out."""
     warn(f"the {what} plugin {plugin} ({group}) {why}; it is left out: fix or uninstall the package that declares it")
+
+
+def name_taken(what: str, name: str, existing: type, new: type) -> None:
+    """A registry's check that `name` is free (or taken by the same class, imported again): a ValueError naming both
+    classes' modules, which `load_plugins` turns into the plugin's warning line."""
+    if (existing.__module__, existing.__qualname__) != (new.__module__, new.__qualname__):
+        builtin = " (built-in)" if existing.__module__.startswith("wemask_cli.") else ""
+        raise ValueError(
+            f"name clash: {new.__module__}.{new.__qualname__} registers the {what} {name!r}, which is already "
+            f"{existing.__module__}.{existing.__qualname__}{builtin}"
+        )

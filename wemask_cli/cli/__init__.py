@@ -6,7 +6,6 @@ One module per command registers it (`register(app)`); each imports its work ins
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from typing import Annotated
@@ -17,12 +16,14 @@ from .. import ranks
 from ..errors import WeMaskError
 from . import env, infer, locate, report, train
 from . import eval as eval_command
+from .commands import CommandGroup, Interrupted
 
 PAPERS = (
     "WeMask and the ME (massive emergence) layer: arXiv:2605.08504. "
     "Attention/residual sinks and their remedies (GatedNorm, PreAffine, gated attention): arXiv:2601.22966."
 )
 app = typer.Typer(
+    cls=CommandGroup,  # commands whose flags come from plugins are built when run, not for `wemask --help`
     help="WeMask: mask the massive-activation token's attention input, at inference or while fine-tuning with TRL.\n\n"
     "Layer indices are 0-based everywhere (layer l is model.model.layers\\[l]).\n\n" + PAPERS,
     no_args_is_help=True,
@@ -56,34 +57,14 @@ BUG_REPORT = (
 )
 
 
-class Interrupted(Exception):
-    """Ctrl-C in a command (Typer would turn it into a silent exit 130): main() says so on one line."""
-
-
-def interruptible(callback):
-    """The command, with Ctrl-C raised as Interrupted (typer's signature inspection follows __wrapped__)."""
-
-    @functools.wraps(callback)
-    def command(*args, **kwargs):
-        try:
-            return callback(*args, **kwargs)
-        except KeyboardInterrupt:
-            raise Interrupted() from None
-
-    return command
-
-
-for module in (infer, locate, train, eval_command, report, env):
-    module.register(app)
-for info in app.registered_commands:
-    info.callback = interruptible(info.callback)
+COMMANDS = (infer, locate, train, eval_command, report, env)  # in `wemask --help` order (cli/commands.py)
+CommandGroup.modules = COMMANDS
 
 
 def quiet_libraries() -> None:
-    """Library noise off (progress bars, bitsandbytes' CPU notice, deprecations), without importing the libraries."""
-    import warnings
-
-    from ..kernel_notice import drop_notice
+    """Library noise off (progress bars, bitsandbytes' CPU notice), without importing the libraries; their warnings
+are quieted around the command only (compat/notices.py)."""
+    from ..compat.bitsandbytes import drop_notice
 
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read when huggingface_hub is first imported
     if not sys.stderr.isatty():  # in a log, datasets' bars are lines of carriage returns: wemask's own lines remain
@@ -92,12 +73,10 @@ def quiet_libraries() -> None:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    drop_notice()  # bitsandbytes' kernels-community notice on every CPU import (wemask_cli/kernel_notice.py)
-    warnings.filterwarnings("ignore", category=FutureWarning)  # libraries' deprecation notices, not the user's doing
+    drop_notice()  # bitsandbytes' kernels-community notice on every CPU import (compat/bitsandbytes.py)
     if ranks.rank() != 0:  # under a launcher the main process speaks for all: the others' library chatter off too
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
-        warnings.filterwarnings("ignore")
 
 
 def did_you_mean(message: str) -> str:
@@ -123,12 +102,14 @@ def usage_error(err: Exception) -> None:
 def main() -> None:
     """Entry point: user errors become one line on stderr and exit code 2; Ctrl-C one line and exit 130."""
     from .. import progress
+    from ..compat.notices import library_notices_quiet
     from ..render.common import RichReporter
 
     try:
         quiet_libraries()
         progress.set_reporter(RichReporter())
-        code = app(prog_name="wemask", standalone_mode=False)  # usage errors come back here, not as a boxed usage text
+        with library_notices_quiet(every_warning=ranks.rank() != 0):
+            code = app(prog_name="wemask", standalone_mode=False)  # usage errors come back here, not a boxed usage text
     except WeMaskError as err:
         line = ranks.error_line(str(err))  # under a launcher: once, by the main process, unless only this rank failed
         if line:

@@ -132,10 +132,22 @@ class TrlSpellingCommand(TyperCommand):
         return super().parse_args(ctx, trl_spellings(args, own))
 
 
-def register(app: typer.Typer) -> None:
-    """A command per trainer stage in the registry (train/stages.py): the built-in ones and the plugins'. A broken
-    plugin is one warning line, and the other commands still work."""
+def summaries() -> dict[str, str]:
+    """{command: help} of every trainer stage, known without loading a plugin: the built-in stages' own help, and for
+    a plugin's stage (listed from its entry point's metadata) where it comes from."""
+    from ..train.stages import builtin_specs, plugin_stage_names
+
+    found = {name: spec.help for name, spec in builtin_specs().items()}
+    for name, source in plugin_stage_names().items():
+        found[name] = f"A trainer stage from a plugin ({source}): `wemask {name} --help` describes it."
+    return found
+
+
+def register(app: typer.Typer, name: str) -> None:
+    """The command of the trainer stage `name` (train/stages.py): a built-in one, or a plugin's (the stage plugins
+    then load). Its intervention flags load the intervention plugins; a broken plugin is one warning line."""
     from ..train.stages import stage_specs
 
-    for spec in stage_specs().values():
+    spec = stage_specs(name).get(name)
+    if spec is not None:
         training_command(app, spec)

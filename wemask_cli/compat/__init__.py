@@ -1,4 +1,6 @@
-"""Every touch of another library's private API, one module per library (vllm.py, trl.py, accelerate.py, ...).
+"""Every touch of another library's private API, one module per library (accelerate.py, bitsandbytes.py,
+datasets.py, huggingface_hub.py, transformers.py, argparse.py for the standard library, vllm.py); TRL needs none
+(train/trl_flags.py reads its public config dataclasses). notices.py holds the only warning filters, around a command.
 
 Each module names the versions its patches were verified on and reaches the private names only through `require`,
 which checks at run time that the name exists (and, for a callable, takes the expected parameters). A library
@@ -8,6 +10,7 @@ no-op or a wrong result. Imports nothing heavy: each library module imports its 
 from __future__ import annotations
 
 import inspect
+import platform
 
 from ..errors import WeMaskError
 from ..versions import library_versions
@@ -17,12 +20,22 @@ class CompatError(WeMaskError):
     """An internal of another library that wemask relies on is missing or changed in the installed release."""
 
 
-def require(library: str, owner, attr: str, *, params: tuple[str, ...] = (), verified: str = "") -> object:
-    """`owner.attr` (owner a module or class of `library`), checked to exist and, for a callable, to accept the
-    parameters `params`; otherwise one CompatError naming the installed and the verified versions."""
-    value = getattr(owner, attr, None)
-    where = f"{getattr(owner, '__module__', None) or getattr(owner, '__name__', owner)}.{attr}"
-    if value is None:
+MISSING = object()
+
+
+def require(library: str, owner, attr: str, *, params: tuple[str, ...] = (), verified: str = "",
+            kind: type | None = None) -> object:
+    """`owner.attr` (owner a module, class or object of `library`; "python" for the standard library), checked to
+    exist, to be a `kind` when given, and, for a callable, to accept the parameters `params`; otherwise one
+    CompatError naming the installed and the verified versions. An attribute that exists with the value None
+    passes unless `kind` says otherwise."""
+    value = getattr(owner, attr, MISSING)
+    where = f"{qualified_name(owner)}.{attr}"
+    if value is MISSING:
+        raise incompatible(library, f"{where} no longer exists", verified)
+    if kind is not None and not isinstance(value, kind):
+        raise incompatible(library, f"{where} is no longer a {kind.__name__}", verified)
+    if value is None and params:
         raise incompatible(library, f"{where} no longer exists", verified)
     if params:
         try:
@@ -35,9 +48,17 @@ def require(library: str, owner, attr: str, *, params: tuple[str, ...] = (), ver
     return value
 
 
+def qualified_name(owner) -> str:
+    """'huggingface_hub.constants' for a module, 'accelerate.state.AcceleratorState' for a class or its instance."""
+    if inspect.ismodule(owner):
+        return owner.__name__
+    cls = owner if inspect.isclass(owner) else type(owner)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def incompatible(library: str, what: str, verified: str) -> CompatError:
     """The one-line error for an internal that moved: the library's installed version and what to install instead."""
-    installed = library_versions((library,))[library] or "not installed"
+    installed = platform.python_version() if library == "python" else library_versions((library,))[library] or "not installed"
     known = f" (wemask was verified on {library} {verified})" if verified else ""
     return CompatError(
         f"{library} {installed}: {what}{known}; install a verified {library} release, or report this to wemask"

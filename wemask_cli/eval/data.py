@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..compat.datasets import fingerprint as dataset_fingerprint
 from ..data import (
     LOCAL_SUFFIXES,
     check_column,
@@ -87,7 +88,7 @@ def open_source(spec: str | None, bundled: str, split: str | None, config: str |
     if limit is not None and len(dataset) > limit:
         dataset = dataset.select(range(limit))
     rows = dataset.to_list()
-    fingerprint = getattr(dataset, "_fingerprint", None)
+    fingerprint = dataset_fingerprint(dataset)
     return Source(where, rows=rows, labels=[f"row {i + 1}" for i in range(len(rows))], reader=f"hub dataset (fingerprint {fingerprint})")
 
 

@@ -27,6 +27,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from ..hub import snapshot_revision
 from ..outputs import METRICS_FILE, atomic_write_json, atomic_write_text, strict_json
 from ..versions import library_versions
 from .stats import summarize
@@ -37,11 +38,11 @@ LIBRARIES = ("wemask-cli", "torch", "transformers", "trl")
 
 def provenance(loaded, data_info: dict, started: float, libraries: tuple[str, ...] = ()) -> dict:
     """Library versions, model path, revision and the saved remedies it carries (re-applied), tokenizer BOS/EOS and chat-template hash, data, command, times."""
-    tokenizer, config = loaded.tokenizer, getattr(loaded.model, "config", None)
+    tokenizer = loaded.tokenizer
     template = getattr(tokenizer, "chat_template", None)
     return {
         "versions": {**library_versions(LIBRARIES + libraries), **getattr(loaded.model, "engine_versions", {})},  # an engine adds its own
-        "model": {"path": loaded.source, "revision": getattr(config, "_commit_hash", None),
+        "model": {"path": loaded.source, "revision": snapshot_revision(loaded.source),
                   "dtype": str(getattr(loaded.model, "dtype", "")).removeprefix("torch.") or None,
                   "interventions": [c.to_dict() for c in loaded.installed.configs] if loaded.installed else []},
         "tokenizer": {"bos_token": tokenizer.bos_token, "bos_token_id": tokenizer.bos_token_id,

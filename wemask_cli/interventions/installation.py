@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..compat.transformers import ignored_on_save, is_model, set_ignored_on_save
 from ..method.config import WeMaskConfig
 from .base import Active, Installed, Intervention, InterventionConfigError
 from .registry import kinds
@@ -48,17 +49,17 @@ class Installation:
 
     def keep_out_of_saves(self, model) -> None:
         """Leave the added modules' tensors out of the model's `save_pretrained` (a PeftModel: of its transformers
-        model), through transformers' `_keys_to_ignore_on_save`: they live in interventions.safetensors only, so
+        model), through transformers' `_keys_to_ignore_on_save` (compat/transformers.py): they live in interventions.safetensors only, so
         model.safetensors holds the base architecture's weights alone and loads anywhere without unexpected keys.
         A full-model checkpoint resumed by the Trainer then misses exactly these keys, which it accepts silently."""
         root = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
-        if not hasattr(root, "_keys_to_ignore_on_save"):
+        if not is_model(root):
             return  # not a transformers model: its saving is the caller's
         names = {id(module): name for name, module in root.named_modules()}
         added = [entry[2] for item in self.items for entry in item.modules.values()]
         keys = {f"{names[id(module)]}.{key}" for module in added if id(module) in names for key in module.state_dict()}
         if keys:
-            root._keys_to_ignore_on_save = set(root._keys_to_ignore_on_save or ()) | keys
+            set_ignored_on_save(root, ignored_on_save(root) | keys)
             self.unsaved = (root, keys)
 
     def remove(self) -> None:
@@ -67,7 +68,7 @@ class Installation:
             item.remove()
         if self.unsaved:
             root, keys = self.unsaved
-            root._keys_to_ignore_on_save = set(root._keys_to_ignore_on_save) - keys
+            set_ignored_on_save(root, ignored_on_save(root) - keys)
             self.unsaved = ()
 
     def __enter__(self) -> "Installation":

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import importlib
 
-from ..plugins import load_plugins
+from ..plugins import load_plugins, name_taken
 from .base import FlagSpec, Intervention, InterventionConfigError
 
 KINDS: dict[str, type[Intervention]] = {}
 BUILTIN = ("wemask", "gated_norm", "pre_affine", "gated_attention")  # modules of this package, in install order
+FLAG_TYPES = (str, int, float, bool)  # what a command-line flag of a kind can parse
 PLUGIN_GROUP = "wemask.interventions"  # entry points naming modules (or classes) that register more kinds
 
 
@@ -23,6 +24,11 @@ def register(cls: type[Intervention]) -> type[Intervention]:
     """Class decorator: make `cls` known by its `kind` (for JSON records and options)."""
     if not cls.kind:
         raise TypeError(f"{cls.__name__} has no kind")
+    if cls.kind in KINDS:
+        name_taken("intervention kind", cls.kind, KINDS[cls.kind], cls)
+    unparsable = [spec.name for spec in cls.flags() if spec.type not in FLAG_TYPES]  # fails here, not in --help
+    if unparsable:
+        raise TypeError(f"{cls.__name__} declares {', '.join(unparsable)} of a type other than str, int, float or bool")
     KINDS[cls.kind] = cls
     return cls
 
@@ -32,7 +38,7 @@ def _load_kinds() -> None:
     importing a plugin's module registers its kinds."""
     for name in BUILTIN:
         importlib.import_module(f".{name}", __package__)
-    load_plugins(PLUGIN_GROUP, "intervention")
+    load_plugins(PLUGIN_GROUP, "intervention", KINDS)
 
 
 def kinds() -> dict[str, type[Intervention]]:

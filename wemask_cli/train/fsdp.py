@@ -4,7 +4,7 @@ Asked for with TRL's bare `--fsdp` (and `--fsdp_config`; the string "full_shard 
 `accelerate launch` with an FSDP config (recipes/accelerate/fsdp.yaml sets ACCELERATE_USE_FSDP and FSDP_*). accelerate 1.15 switches to FSDP only
 for GPU-type process groups: on the CPU (gloo) every multi-process run is MULTI_CPU, and the FSDP settings are
 dropped without a word, so each rank would train the whole model under DDP. `shard_on_cpu` tells accelerate's
-shared state, before the trainer builds its Accelerator, that this CPU run is FSDP; accelerate then prepares the
+shared state, before the trainer builds its Accelerator, that this CPU run is FSDP (compat/accelerate.py, guarded); accelerate then prepares the
 model with torch's `fully_shard` (FSDP2), which shards on gloo, and TRL shards DPO's and GRPO's reference model the
 same way. FSDP1 needs GPUs: on the CPU it is refused, as is a run that cannot shard at all (one process).
 """
@@ -74,23 +74,25 @@ def shard_on_cpu(args) -> None:
     if not requested(args) or not on_cpu(args) or args.world_size < 2:
         return
     from accelerate import Accelerator
-    from accelerate.state import AcceleratorState, PartialState
-    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    from ..compat.accelerate import force_fsdp
 
     plugin = FullyShardedDataParallelPlugin(**settings(args)) if getattr(args, "fsdp_plugin_args", None) else FullyShardedDataParallelPlugin()
     if args.mixed_precision != "no":
         plugin.set_mixed_precision(args.mixed_precision)  # what accelerate does for an FSDP state
     Accelerator(cpu=True, mixed_precision=args.mixed_precision, fsdp_plugin=plugin)
-    AcceleratorState._shared_state.update(distributed_type=DistributedType.FSDP, fsdp_plugin=plugin)
-    PartialState._shared_state["distributed_type"] = DistributedType.FSDP  # AcceleratorState copies it on every init
+    force_fsdp(plugin)
 
 
 def sharded_parameters(model) -> tuple[int, int]:
     """(parameters this process holds, parameters of the whole model): equal unless the model is sharded."""
+    from torch.distributed.tensor import DTensor
+
     local = total = 0
     for parameter in model.parameters():
         total += parameter.numel()
-        local += getattr(parameter, "_local_tensor", parameter).numel()
+        local += (parameter.to_local() if isinstance(parameter, DTensor) else parameter).numel()
     return local, total
 
 

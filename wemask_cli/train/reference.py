@@ -94,11 +94,13 @@ def reference_kind(trainer) -> str:
 
 def name_masked_reference(dataset, config: WeMaskConfig):
     """Make TRL's precomputed-reference cache key depend on the mask (it hashes the dataset and the weights only)."""
-    if dataset is None or not hasattr(dataset, "_fingerprint"):
+    from ..compat.datasets import fingerprint, set_fingerprint
+
+    if fingerprint(dataset) is None:
         return dataset
     from datasets.fingerprint import Hasher
 
-    dataset._fingerprint = Hasher.hash([dataset._fingerprint, "wemask-masked-reference", config.to_dict()])
+    set_fingerprint(dataset, Hasher.hash([fingerprint(dataset), "wemask-masked-reference", config.to_dict()]))
     return dataset
 
 
@@ -143,7 +145,7 @@ class Reference:
         peft = ctx.peft_config is not None or is_peft(model)
         if not peft and not precomputes(args):
             # TRL loads the reference from the policy's path: make it the directory (or hub id) the weights came from.
-            model.config._name_or_path = ctx.loaded.source
+            model.config.name_or_path = ctx.loaded.source
         if precomputes(args) and config.mode == "aware" and config.active and self.ref_mask == "same":
             self.preinstalled = install_mask(model, config)
             train_dataset = name_masked_reference(train_dataset, self.preinstalled.wemask)

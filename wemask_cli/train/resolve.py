@@ -15,6 +15,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
+from ..compat.argparse import parser_actions
 from ..errors import WeMaskError, first_line
 from .distributed import apply_launcher_precision
 from .options import CLI_ONLY, DEFAULTS, KINDS, TrainOptions, given_options
@@ -59,9 +60,10 @@ def explicit_trl_args(parser, extra_args: list[str], stage_name: str) -> dict:
     from transformers.hf_argparser import string_to_bool
 
     explicit = argparse.Namespace()
-    saved = [(action, action.default, action.required, action.type, action.nargs, action.const) for action in parser._actions]
+    actions = parser_actions(parser)
+    saved = [(action, action.default, action.required, action.type, action.nargs, action.const) for action in actions]
     try:
-        for action in parser._actions:
+        for action in actions:
             action.default, action.required = argparse.SUPPRESS, False
             if action.type in (int, float):  # '--max-length None' sets an optional number to None
                 action.type = _none_or(action.type)
@@ -113,8 +115,8 @@ def coerce_trl_value(parser, recipe: Recipe, key: str, value):
     if _is_bool_field(parser.dataclass_types[0], key):
         recipe.check_type(key, value, bool)
         return value
-    for action in parser._actions:
-        if action.dest == key and action.type is not None and not isinstance(action, argparse._StoreFalseAction):
+    for action in parser_actions(parser):
+        if action.dest == key and action.type is not None and action.nargs != 0:  # not a --no_x switch
             try:
                 return _converted(action.type, recipe, key, value)
             except (TypeError, ValueError):

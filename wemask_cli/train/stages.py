@@ -8,15 +8,17 @@ here: the built-in modules in BUILTIN, and every entry point of the group `wemas
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass
 from typing import Any
 
 from ..data.formats import TrainingData
-from ..plugins import left_out, load_plugins
+from ..plugins import declared, left_out, load_plugins
 
 PLUGIN_GROUP = "wemask.stages"
 BUILTIN = ("sft", "dpo", "grpo")  # modules of this package, each with a STAGE spec, in `wemask --help` order
+FLAG_TYPES = (str, int, float, bool, list)  # what StageFlag.type may be (cli/train.py's stage_option)
 REFERENCES = ("none", "same", "choose")  # no reference model | one masked like the policy | --ref-mask same|none
 
 
@@ -71,27 +73,49 @@ class StageSpec:
         return getattr(importlib.import_module(module), attr)
 
 
-def _plugin_specs() -> dict[str, StageSpec]:
-    """The specs named by the entry points of `wemask.stages` (loaded once per process); anything else is left out."""
-    specs = {}
-    for name, spec in load_plugins(PLUGIN_GROUP, "trainer stage"):
-        if isinstance(spec, StageSpec):
-            specs[spec.name] = spec
-        else:
-            left_out("trainer stage", name, PLUGIN_GROUP, "is not a StageSpec")
-    return specs
+def plugin_spec(plugin) -> StageSpec | None:
+    """The StageSpec a `wemask.stages` entry point names, or None (one warning) when it is not one, takes a built-in's
+    name, or is not named like its entry point (the command `wemask --help` lists from the metadata alone)."""
+    spec = plugin.value
+    if not isinstance(spec, StageSpec):
+        why = "is not a StageSpec"
+    elif unparsable := [f"{f.flag} of type {getattr(f.type, '__name__', f.type)}" for f in spec.all_flags()
+                        if f.type not in FLAG_TYPES]:
+        why = f"declares the flag {', '.join(unparsable)}: a stage's flag is str, int, float, bool or list"
+    elif spec.name in BUILTIN:
+        why = f"takes the name {spec.name!r} of a built-in stage (wemask_cli.train.{spec.name})"
+    elif spec.name != plugin.name:
+        why = f"declares the stage {spec.name!r} under the entry-point name {plugin.name!r}: name them alike"
+    else:
+        return spec
+    left_out("trainer stage", plugin.source, PLUGIN_GROUP, why)
+    return None
 
 
 def builtin_specs() -> dict[str, StageSpec]:
     return {name: importlib.import_module(f".{name}", __package__).STAGE for name in BUILTIN}
 
 
-def stage_specs() -> dict[str, StageSpec]:
-    """Every stage by name: the built-in ones, then the plugins' (a plugin cannot replace a built-in)."""
-    found = builtin_specs()
-    for name, spec in _plugin_specs().items():
-        if name in found:
-            left_out("trainer stage", spec.stage_class, PLUGIN_GROUP, f"takes the name {name!r} of a built-in stage")
+@functools.cache
+def plugin_stage_names() -> dict[str, str]:
+    """{command name: source} of the stages plugins declare, from the installed metadata only (nothing imported);
+    an entry point named like a built-in stage is one warning (once per process) and is left out."""
+    found = {}
+    for name, source in declared(PLUGIN_GROUP).items():
+        if name in BUILTIN:
+            left_out("trainer stage", source, PLUGIN_GROUP, f"takes the name {name!r} of the built-in stage wemask_cli.train.{name}")
         else:
-            found[name] = spec
+            found[name] = source
+    return found
+
+
+def stage_specs(name: str | None = None) -> dict[str, StageSpec]:
+    """Every stage by name: the built-in ones, then the plugins' (a plugin cannot replace a built-in); with `name`
+    a built-in, the plugins are not loaded."""
+    found = builtin_specs()
+    if name in found:
+        return found
+    for plugin in load_plugins(PLUGIN_GROUP, "trainer stage"):
+        if plugin.name in plugin_stage_names() and (spec := plugin_spec(plugin)) is not None:  # else warned already
+            found[spec.name] = spec
     return found

@@ -1,69 +1,72 @@
-"""The TRL options a training command passes through, known without importing TRL, transformers or torch.
+"""The TRL options a training command passes through, known in a second: a mistyped flag is refused before the
+8-40 s of heavy imports a run starts with.
 
-A mistyped flag must be refused in a second, not after the 8-40 s of heavy imports that building TRL's parser
-takes: the field names are read from the config classes' source (SFTConfig, DPOConfig, GRPOConfig, their TRL
-base and transformers' TrainingArguments) with `ast`, found through the packages' metadata, importing nothing.
-The full check (types, values) still happens in resolve.py with TRL's own parser.
+The spellings come from TRL's public config dataclasses (`dataclasses.fields` of SFTConfig, DPOConfig, GRPOConfig,
+... with the transformers TrainingArguments fields they inherit), read once per installed trl and transformers
+release and kept in the cache folder (trl-flags/); later runs read that file and import nothing. A command whose
+file is missing imports the config class (what its run does next anyway). When TRL cannot be imported, or the stage
+names a class TRL does not have, this check steps aside and TRL's own parser (resolve.py) decides.
 """
 
 from __future__ import annotations
 
-import ast
+import dataclasses
 import difflib
-import importlib.metadata
+import json
 from functools import cache
-from pathlib import Path
 
+from ..atomic import atomic_write_text
+from ..cache import cache_dir
 from ..errors import WeMaskError
+from ..versions import library_versions
 
-SOURCES = {  # TRL config class -> (package, module file, class) chain, most derived first
-    "SFTConfig": [("trl", "trainer/sft_config.py", "SFTConfig")],
-    "DPOConfig": [("trl", "trainer/dpo_config.py", "DPOConfig")],
-    "GRPOConfig": [("trl", "trainer/grpo_config.py", "GRPOConfig")],
-}
-BASES = [("trl", "trainer/base_config.py", "_BaseConfig"), ("transformers", "training_args.py", "TrainingArguments")]
+LIBRARIES = ("trl", "transformers")  # whose releases the cached spellings depend on
 
 
-def package_file(package: str, relative: str) -> Path | None:
-    """A file of an installed package, found through its distribution's metadata (nothing is imported)."""
-    try:
-        path = Path(str(importlib.metadata.distribution(package).locate_file(package))) / relative
-    except importlib.metadata.PackageNotFoundError:
+def spellings(config_class: type) -> frozenset[str]:
+    """Every spelling HfArgumentParser accepts for the fields of `config_class` ('--learning_rate',
+    '--learning-rate', and '--no_bf16' / '--no-bf16' for a field defaulting to True)."""
+    flags: set[str] = set()
+    for field in dataclasses.fields(config_class):
+        if not field.init:
+            continue
+        names = [field.name] + ([f"no_{field.name}"] if field.default is True else [])
+        flags.update(f"--{spelling}" for name in names for spelling in {name, name.replace("_", "-")})
+    return frozenset(flags)
+
+
+def cached_file(config: str):
+    versions = library_versions(LIBRARIES)
+    if None in versions.values():
         return None
-    return path if path.is_file() else None
-
-
-def class_fields(path: Path, name: str) -> dict[str, bool]:
-    """{field name: default is True} for the annotated fields in the body of class `name` in `path`."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            return {
-                item.target.id: isinstance(item.value, ast.Call) and any(
-                    k.arg == "default" and isinstance(k.value, ast.Constant) and k.value.value is True for k in item.value.keywords
-                ) or (isinstance(item.value, ast.Constant) and item.value.value is True)
-                for item in node.body
-                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
-            }  # fmt: skip
-    return {}
+    release = "-".join(f"{name}{version}" for name, version in versions.items())
+    return cache_dir() / "trl-flags" / f"{config}-{release}.json"
 
 
 @cache
 def trl_flags(config: str) -> frozenset[str] | None:
-    """Every spelling HfArgumentParser accepts for the TRL config class named `config` ('--learning_rate',
-    '--learning-rate', '--no_bf16' for a field defaulting to True); None when its source file cannot be found or
-    the class is not in SOURCES (then TRL decides)."""
-    if config not in SOURCES:
+    """The spellings of TRL's config class named `config`, from the cache file of the installed releases when there
+    is one; None when trl is missing, cannot be imported, or has no such class (then TRL decides)."""
+    path = cached_file(config)
+    if path is None:
         return None
-    flags: set[str] = set()
-    for package, relative, name in SOURCES[config] + BASES:
-        path = package_file(package, relative)
-        if path is None:
-            return None
-        for field, default_true in class_fields(path, name).items():
-            names = [field] + ([f"no_{field}"] if default_true else [])
-            flags.update(f"--{spelling}" for n in names for spelling in {n, n.replace("_", "-")})
-    return frozenset(flags)
+    try:
+        return frozenset(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        pass  # not written yet (or unreadable): read from TRL below
+    try:
+        import trl
+
+        config_class = getattr(trl, config)
+    except (ImportError, AttributeError):
+        return None
+    flags = spellings(config_class)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(sorted(flags)))
+    except OSError:
+        pass  # a read-only cache: known for this run only
+    return flags
 
 
 def check_extra_args(args: list[str], stage: str, config: str, own_flags: list[str]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 
 from ...errors import WeMaskError
-from ...plugins import load_plugins
+from ...plugins import load_plugins, name_taken
 from .base import TASK_FLAGS, Task
 
 __all__ = ["TASK_FLAGS", "TASKS", "accepting", "applies_to", "register", "task_class", "task_help", "tasks"]
@@ -28,6 +28,8 @@ def register(cls: type[Task]) -> type[Task]:
     unknown = set(cls.flags) - set(TASK_FLAGS)
     if unknown:
         raise TypeError(f"{cls.__name__} declares unknown flags {sorted(unknown)} (known: {sorted(TASK_FLAGS)})")
+    if cls.name in TASKS:
+        name_taken("eval task", cls.name, TASKS[cls.name], cls)
     TASKS[cls.name] = cls
     return cls
 
@@ -37,7 +39,7 @@ def _load_tasks() -> None:
     importing a plugin's module registers its tasks."""
     for name in BUILTIN:
         importlib.import_module(f".{name}", __package__)
-    load_plugins(PLUGIN_GROUP, "eval task")
+    load_plugins(PLUGIN_GROUP, "eval task", TASKS)
 
 
 def tasks() -> dict[str, type[Task]]:

@@ -1,0 +1,138 @@
+"""The flags of `wemask eval`, whose help names the registered eval tasks (plugins' too): imported only when the
+command is built (cli/eval.py). The work is commands/eval.py, the table and curve render/eval.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..eval.quantize.schemes import DEFAULT_BLOCK_SIZE, block_size_help, quantize_help  # torch-free registry
+from ..eval.tasks.registry import accepting, task_help  # torch-free registry
+from .options import (
+    BaseQuantizationOpt,
+    DtypeOpt,
+    EngineOpt,
+    LayersOpt,
+    MeLayerOpt,
+    ModelOpt,
+    SelectOpt,
+    StrengthOpt,
+    TokensOpt,
+    VllmMemoryOpt,
+)
+
+Text = Optional[str]
+
+
+def tasks_with(test) -> str:
+    """'perplexity' / 'choice/math': the registered tasks a flag applies to, for its help."""
+    return "/".join(accepting(test))
+
+
+def declaring(name: str) -> str:
+    """The registered tasks that declare the task flag `name` (tasks.base.TASK_FLAGS), for its help."""
+    return tasks_with(lambda cls: name in cls.flags)
+
+
+GENERATING, FEWSHOT, TEMPLATED = (tasks_with(lambda c: c.generates), tasks_with(lambda c: c.fewshot),
+                                  tasks_with(lambda c: c.template is not None))
+
+
+# One parameter per flag (typer): long by nature, no logic here.
+def eval_(
+    model: ModelOpt = None,
+    task: Annotated[Text, typer.Option("--task", "-t", help=task_help())] = None,
+    data: Annotated[
+        Text,
+        typer.Option(help="Local .jsonl/.json/.csv/.parquet file, a folder of them, a plain text file of any name, or a hub dataset "
+                     "(default: the bundled eval set)."),
+    ] = None,
+    split: Annotated[Text, typer.Option(help="Hub split (default test); local files: train or a slice like 'train[:100]'.")] = None,
+    data_config: Annotated[Text, typer.Option(help="Hub dataset configuration (e.g. main for gsm8k, all for cais/mmlu).")] = None,
+    mask_rates: Annotated[
+        Text,
+        typer.Option("--mask-rates", "--mask-rate", "-r",
+                     help="Comma list of rates in [0, 1]; default: the model directory's saved wemask_config.json, else no mask."),
+    ] = None,
+    me_layer: MeLayerOpt = None,
+    select: SelectOpt = None,
+    layers: LayersOpt = None,
+    strength: StrengthOpt = None,
+    tokens: TokensOpt = None,
+    quantize: Annotated[Text, typer.Option(help=quantize_help())] = None,
+    fp4_block_size: Annotated[int, typer.Option(help=block_size_help())] = DEFAULT_BLOCK_SIZE,
+    smoothquant: Annotated[Optional[float], typer.Option(help="--quantize: SmoothQuant α in [0, 1], calibrated on the task's first sequences.")] = None,
+    seeds: Annotated[int, typer.Option(help=f"Seeds per setting ({GENERATING}: sampled at --temperature; the others are deterministic: 1).")] = 1,
+    limit: Annotated[Optional[int], typer.Option(help="Use the first N examples (perplexity: N windows).")] = None,
+    batch_size: Annotated[str, typer.Option(help="Sequences per forward / generate call, or 'auto' (the largest that fits).")] = "8",
+    num_fewshot: Annotated[int, typer.Option(help=f"{FEWSHOT} (and lm-eval): k solved examples before each question, drawn with --fewshot-seed.")] = 0,
+    fewshot_seed: Annotated[int, typer.Option(help="Seed of the few-shot draw (recorded).")] = 1234,
+    max_new_tokens: Annotated[Optional[int], typer.Option(help="Generation length (default math 256, refusal 64).")] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature (default 0 = greedy; 0.7 when --seeds > 1).")] = None,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling when sampling.")] = 1.0,
+    window: Annotated[Optional[int], typer.Option(help=f"{declaring('window')}: the longest window in tokens (default 256).")] = None,
+    stride: Annotated[Optional[int], typer.Option(
+        help=f"{declaring('stride')}: new tokens scored per later window (default: the window; less overlaps context).")] = None,
+    text_field: Annotated[Text, typer.Option(help=f"{declaring('text_field')}: text column (default text; dotted paths work).")] = None,
+    question_field: Annotated[
+        Text,
+        typer.Option("--question-field", "--prompt-field", 
+                     help=f"{declaring('question_field')}: question / prompt column or dotted path (default question, problem, goal, ctx, "
+                     "prompt...)."),
+    ] = None,
+    choices_field: Annotated[
+        Text,
+        typer.Option(help=f"{declaring('choices_field')}: options column (a list or ARC's text/label dict), a comma list of columns like "
+                     "sol1,sol2, or a dotted path."),
+    ] = None,
+    answer_field: Annotated[
+        Text,
+        typer.Option(help=f"{declaring('answer_field')}: answer column or dotted path (choice: index, letter, label or option text; math: "
+                     "GSM8K '#### N', a bare answer, reward_model.ground_truth)."),
+    ] = None,
+    prompt_template: Annotated[
+        Text,
+        typer.Option(help=f"{TEMPLATED}: prompt with a {{question}} placeholder (choice default: 'Question: {{question}}\\nAnswer:')."),
+    ] = None,
+    chat_template: Annotated[
+        Optional[bool],
+        typer.Option("--chat-template/--no-chat-template",
+                     help="Wrap prompts in the chat template (default: on for math and refusal, off for choice and lm-eval)."),
+    ] = None,
+    lm_eval_tasks: Annotated[
+        Text, typer.Option(help="Comma list of lm-evaluation-harness tasks, run through the hooked model (needs `pip install lm-eval`).")
+    ] = None,
+    lm_eval_include: Annotated[Text, typer.Option(help="A folder of lm-eval YAML tasks for --lm-eval-tasks.")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output directory (default runs/eval/TASK-TIME, never shared).")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an earlier wemask output in --output (never other files).")] = False,
+    dtype: DtypeOpt = "auto",
+    base_quantization: BaseQuantizationOpt = "recorded",
+    engine: EngineOpt = "transformers",
+    vllm_memory: VllmMemoryOpt = None,
+):
+    """`wemask eval` (its help: cli/eval.py's EVAL_HELP)."""
+    from ..commands.eval import EvalRequest, run_eval
+    from ..eval.settings import EvalSettings, parse_batch_size
+    from ..masking import MaskRequest
+    from ..render.common import console, err_console
+    from ..render.curve import eval_curve_png
+    from ..render.eval import eval_tables
+
+    request = EvalRequest(
+        model=model, mask=MaskRequest.parse(mask_rates, me_layer, select, layers, strength, tokens), output=output,
+        overwrite=overwrite, dtype=dtype, base_quantization=base_quantization, lm_eval_tasks=lm_eval_tasks, lm_eval_include=lm_eval_include,
+        quantize=quantize, fp4_block_size=fp4_block_size, smoothquant=smoothquant, engine=engine, vllm_memory=vllm_memory,
+        settings=EvalSettings(
+            task=task, data=data, split=split, data_config=data_config, text_field=text_field, question_field=question_field,
+            choices_field=choices_field, answer_field=answer_field, window=window, stride=stride, limit=limit,
+            batch_size=parse_batch_size(batch_size), max_new_tokens=max_new_tokens, seeds=seeds, temperature=temperature,
+            top_p=top_p, prompt_template=prompt_template, chat_template=chat_template, num_fewshot=num_fewshot,
+            fewshot_seed=fewshot_seed,
+        ),
+    )
+    document, folder, written = run_eval(request, plot=lambda doc, out: eval_curve_png(doc, out / "curve.png"))
+    for table in eval_tables(document, console.width):  # fits the terminal: no header cut
+        console.print(table)
+    err_console.print(f"Wrote {', '.join(p.name for p in written)} to {folder}")

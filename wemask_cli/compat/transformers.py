@@ -1,0 +1,43 @@
+"""transformers' internals wemask touches. Verified on transformers 5.19 and 5.24.
+
+- `PreTrainedModel._keys_to_ignore_on_save`: the state-dict keys `save_pretrained` drops. The tensors interventions
+  add live in interventions.safetensors only, so model.safetensors holds the base architecture alone
+  (interventions/installation.py); `save_pretrained(state_dict=...)` cannot say this for the Trainer's own saves.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from . import require
+
+LIBRARY, VERIFIED = "transformers", "5.19, 5.24"
+
+
+def is_model(value) -> bool:
+    """`value` is a transformers PreTrainedModel (False without importing transformers when it was never imported)."""
+    return "transformers" in sys.modules and isinstance(value, sys.modules["transformers"].PreTrainedModel)
+
+
+def ignored_on_save(model) -> set[str]:
+    """The keys `model.save_pretrained` leaves out."""
+    return set(require(LIBRARY, model, "_keys_to_ignore_on_save", verified=VERIFIED) or ())
+
+
+def set_ignored_on_save(model, keys: set[str]) -> None:
+    ignored_on_save(model)  # checked first
+    model._keys_to_ignore_on_save = set(keys)
+
+
+def check() -> None:
+    """What this module reads and writes is there, and `save_pretrained` still drops the keys it lists (the canary in
+    tests/test_compat.py calls this)."""
+    import inspect
+
+    from transformers import PreTrainedModel
+
+    require(LIBRARY, PreTrainedModel, "_keys_to_ignore_on_save", verified=VERIFIED)
+    if "_keys_to_ignore_on_save" not in inspect.getsource(PreTrainedModel.save_pretrained):
+        from . import incompatible
+
+        raise incompatible(LIBRARY, "PreTrainedModel.save_pretrained no longer reads _keys_to_ignore_on_save", VERIFIED)
