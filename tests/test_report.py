@@ -311,3 +311,48 @@ def test_report_tables_fit_80_columns(monkeypatch, capsys, tmp_path):
     for number in ("0.6123", "0.5123", "0.693"):  # train_loss, final_loss, first_step/loss: whole
         assert number in out
     assert "…" not in out
+
+
+def test_report_labels_read_like_a_legend_and_duplicates_have_no_spread(tmp_path):
+    """'aware r=0.3, GatedNorm both' (not `gated_norm · gated_norm="both"`); two evals of the same model and seed are
+    duplicates: their mean, no ± (the issue's '22.89 ± 0'); two seeds of one setting have a spread."""
+    runs = tmp_path / "runs"
+    gated = write_training_run(runs / "gated", mask_rate=0.3, remedies=["gated_norm"])
+    record = json.loads((gated / "wemask_run.json").read_text())
+    record["options"]["gated_norm"] = "both"
+    (gated / "wemask_run.json").write_text(json.dumps(record))
+    write_training_run(runs / "plain-s0", mask_rate=0.0, seed=0, loss=2.0)
+    write_training_run(runs / "plain-s1", mask_rate=0.0, seed=1, loss=2.2)
+    for name in ("base-a", "base-b"):
+        (runs / name).mkdir()
+        (runs / name / "metrics.json").write_text(json.dumps(eval_document(rates=(0.0,), values=[22.89])))
+    rows = gather(sorted(runs.iterdir()))
+    assert lines_of(rows).keys() == {"aware r=0.3, GatedNorm both", "plain, no remedy"}
+    (baseline,) = lines_of(rows)["plain, no remedy"]
+    assert baseline["spread"] == "seeds" and baseline["std"] == pytest.approx(0.1414, abs=1e-3)
+    ((duplicated,),) = lines_of(rows, "perplexity").values()
+    assert duplicated["value"] == pytest.approx(22.89) and duplicated["spread"] is None and duplicated["duplicates"] == 1
+    from wemask_cli.render.report import cell
+
+    assert cell(duplicated) == "22.89"
+
+
+def test_report_of_100_runs_is_bounded_and_its_legend_fits_the_figure(monkeypatch, capsys, tmp_path):
+    """`wemask report runs/*` over 100 runs (and empty folders): a bounded table, one line for the skipped folders,
+    every legend entry inside the PNG."""
+    runs = tmp_path / "runs"
+    for index in range(100):
+        write_training_run(runs / f"run{index:03d}", mask_rate=0.3, dataset=f"data/a-long-dataset-name-number-{index % 40}.jsonl",
+                           seed=index // 40, loss=2.0 + index / 100)  # fmt: skip
+    for index in range(5):
+        (runs / f"empty{index}").mkdir()
+    code, out, err = run_main(monkeypatch, capsys, "report", *sorted(str(p) for p in runs.iterdir()))
+    assert code == 0, err
+    assert len(out.splitlines()) < 150 and "and 10 more setting-and-rate rows" in out
+    assert err.count("skipping") == 1 and "and 2 more: no metrics.json" in err
+    from wemask_cli.render.report import report_figure
+
+    figure = report_figure(gather(sorted(p for p in runs.iterdir() if p.name.startswith("run"))))
+    figure.canvas.draw()
+    box, legend = figure.bbox, figure.legends[0].get_window_extent()
+    assert box.x0 <= legend.x0 and legend.x1 <= box.x1 and box.y0 <= legend.y0 and legend.y1 <= box.y1
