@@ -51,8 +51,10 @@ STAGE = StageSpec(
     flags=(
         StageFlag(
             "reward", list,
-            "Reward NAME[:WEIGHT], repeatable (default math): math | format | path/to/file.py:function | "
-            "module:function, called as f(completions, **kwargs) -> a list of floats, with dataset columns as keywords.",
+            "Reward NAME[:WEIGHT], repeatable (default math; TRL's --reward_funcs A B works too): math | format | "
+            "TRL's accuracy_reward, reasoning_accuracy_reward, think_format_reward, get_soft_overlong_punishment | "
+            "path/to/file.py:function | module:function, called as f(completions, **kwargs) -> a list of floats, "
+            "with dataset columns as keywords.",
             default=list(DEFAULT_REWARDS), recipe_kinds=(str, list),
         ),
         StageFlag(
@@ -84,9 +86,9 @@ def reward_specs(value) -> list[str]:
     if value is None or value == [] or value == ():
         return list(DEFAULT_REWARDS)
     if isinstance(value, str):
-        return [value]
+        value = [value]
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-        return list(value)
+        return [spec for v in value for spec in v.split(",") if spec.strip()]  # TRL's lists arrive comma-joined
     raise WeMaskError(f"reward {value!r} is not valid: give names like math, format:0.5 or path/to/file.py:function")
 
 
@@ -172,13 +174,14 @@ def prepare_dataset(dataset, tokenizer, chat_template: bool | None, rewards: lis
         dataset = dataset.map(
             lambda row: {"prompt": [{"role": "user", "content": row["prompt"]}]}, keep_in_memory=True
         )
-    if any(func is math_reward for func in rewards) and "answer" not in dataset.column_names:
-        raise WeMaskError(
-            f"the math reward needs the reference answers in an 'answer' column; {what} has {sorted(dataset.column_names)}: "
-            "name yours with --dataset-columns answer=COLUMN, or choose another --reward"
-        )
     if any(func is math_reward for func in rewards):
-        require_references(dataset["answer"], what)
+        references = next((c for c in ("answer", "solution") if c in dataset.column_names), None)  # TRL's data: solution
+        if references is None:
+            raise WeMaskError(
+                f"the math reward needs the reference answers in an 'answer' (or 'solution') column; {what} has "
+                f"{sorted(dataset.column_names)}: name yours with --dataset-columns answer=COLUMN, or choose another --reward"
+            )
+        require_references(dataset[references], what)
     return dataset
 
 

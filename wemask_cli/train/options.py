@@ -51,7 +51,7 @@ class TrainOptions:
     """wemask's own training options. None means 'not given on the command line' (then recipe, then default)."""
 
     model: str | None = option(help=MODEL_HELP, flags=("-m",))
-    output_dir: str | None = option(help="Where checkpoints and the trained model go.", flags=("-o",))
+    output_dir: str | None = option(help="Where checkpoints and the trained model go (default trainer_output, as in TRL).", flags=("-o",))
     config: str | None = field(default=None, metadata=flag_metadata(  # recipe YAML (command line only)
         "Recipe YAML: wemask and TRL keys (flags override it).", ("-c",), cli_only=True))  # fmt: skip
     dataset: str | None = option(help="Local .jsonl/.json/.parquet/.csv file or a hub dataset name.")
