@@ -15,7 +15,7 @@ import typer
 
 from .. import ranks
 from ..errors import WeMaskError
-from . import env, infer, locate, report, train
+from . import env, infer, locate, merge, report, train
 from . import eval as eval_command
 
 PAPERS = (
@@ -73,7 +73,7 @@ def interruptible(callback):
     return command
 
 
-for module in (infer, locate, train, eval_command, report, env):
+for module in (infer, locate, train, eval_command, report, merge, env):
     module.register(app)
 for info in app.registered_commands:
     info.callback = interruptible(info.callback)
