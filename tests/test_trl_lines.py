@@ -56,3 +56,23 @@ def test_eval_strategy_without_an_eval_set_names_trls_test_split(monkeypatch, ca
                             "--eval_steps", "1", "--eval-split", "train[-4:]", "--max-length", "32", "-o", str(tmp_path / "o"), *SHORT)  # fmt: skip
     assert code == 0, err
     assert json.loads((tmp_path / "o" / "metrics.json").read_text())["eval_loss"] is not None
+
+
+def test_trls_datasets_mixture_recipe_key(monkeypatch, capsys, tmp_path, tiny_model_dir):
+    """TRL's `datasets:` key (DatasetMixtureConfig): entries read as --dataset is (ShareGPT adapted too), fractions as
+    TRL's get_dataset keeps them, test_split_size held out as the eval set."""
+    sharegpt = tmp_path / "sharegpt.jsonl"
+    rows = [{"conversations": [{"from": "human", "value": f"Say {n}."}, {"from": "gpt", "value": f"{n}."}]} for n in range(30)]
+    sharegpt.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    recipe = tmp_path / "mix.yaml"
+    recipe.write_text(f"datasets:\n  - path: {SFT_DATA}\n    fraction: 0.5\n  - path: {sharegpt}\n    split: 'train[:20]'\n"
+                      "    fraction: 0.5\ntest_split_size: 0.25\neval_strategy: steps\neval_steps: 1\n")  # fmt: skip
+    code, _, err = run_main(monkeypatch, capsys, "sft", "--model", tiny_model_dir, "--config", str(recipe), "--max-length", "32",
+                            "-o", str(tmp_path / "o"), *SHORT)  # fmt: skip
+    assert code == 0, err
+    assert "sft: 30 examples (messages)" in err  # 20 + 20 rows (the smaller part caps the shares), 10 held out
+    metrics = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert metrics["eval_loss"] is not None and metrics["dataset"] == f"{SFT_DATA} + {sharegpt}"
+    recipe.write_text(f"datasets:\n  - path: {SFT_DATA}\n    data_files: x.json\n")
+    code, _, err = run_main(monkeypatch, capsys, "sft", "--model", tiny_model_dir, "--config", str(recipe), "-o", str(tmp_path / "p"), *SHORT)
+    assert code == 2 and "datasets entry 1: ['data_files'] are not read by wemask" in err and "Traceback" not in err

@@ -32,7 +32,7 @@ IGNORED_ARGS = (
 OPTIONS_ELSEWHERE = {
     "model", "output_dir", "config", "dataset", "dataset_split", "dataset_config", "eval_dataset", "eval_split", "mask_rate",
     "mode", "me_layer", "select", "layers", "strength", "use_peft", "lora_r", "load_in_4bit", "load_in_8bit", "overwrite",
-    "resume", "ref_mask", "verbose",
+    "resume", "ref_mask", "verbose", "datasets", "test_split_size",
 }  # fmt: skip
 IGNORED_EVAL_SETTINGS = ("task", "data", "split", "data_config", "batch_size", "seeds")
 
@@ -48,6 +48,8 @@ def data_label(name, sha256=None, *parts) -> str:
     """The data a run read: its file name (or hub name), its config/split, and a short content hash when known."""
     if not name:
         return ""
+    if " + " in str(name):  # a `datasets:` mixture
+        return " + ".join(data_label(part) for part in str(name).split(" + ")) + (f"#{sha256[:8]}" if sha256 else "")
     text = Path(str(name)).name if "/" in str(name) and Path(str(name)).suffix else str(name)
     text += "".join(f":{part}" for part in parts if part and part != "train")
     return f"{text}#{sha256[:8]}" if sha256 else text

@@ -191,6 +191,10 @@ def default_eval_data(resolved: dict, source: dict, eval_strategy) -> None:
     strategy = getattr(eval_strategy, "value", eval_strategy)
     if resolved["eval_dataset"] or (source["eval_split"] == "default" and strategy == "no"):
         return
+    if resolved.get("datasets"):  # a mixture's eval set is its test_split_size share
+        if strategy != "no" and resolved.get("test_split_size") is None:
+            raise WeMaskError(f"--eval-strategy {strategy} needs an eval set: add test_split_size to the `datasets:` recipe, or --eval-dataset")
+        return
     resolved["eval_dataset"], source["eval_dataset"] = resolved["dataset"], "the --dataset (TRL's dataset_test_split)"
     if source["eval_split"] != "default":
         return
