@@ -12,21 +12,31 @@ import sys
 
 NOTICE_LOGGER = "bitsandbytes.backends.cpu.ops"
 NOTICE_START = "Failed to load CPU gemm_4bit_forward from kernels-community"
+# Start-up lines of other libraries that say nothing about the run, by logger: DeepSpeed's accelerator fallback,
+# printed whenever transformers or accelerate import DeepSpeed to ask whether it is there, DeepSpeed used or not.
+NOTICES = {NOTICE_LOGGER: NOTICE_START, "DeepSpeed": "Setting accelerator to CPU. If you have GPU or other accelerator"}
 
 
 class _DropNotice(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(NOTICE_START)
+        return not str(record.msg).startswith(NOTICES.get(record.name, "\0"))
 
 
 _FILTER = _DropNotice()
 
 
 def drop_notice() -> None:
-    """Filter bitsandbytes' kernels-community notice (before or after bitsandbytes is imported)."""
-    logger = logging.getLogger(NOTICE_LOGGER)
-    if _FILTER not in logger.filters:
-        logger.addFilter(_FILTER)
+    """Filter those notices (before or after their library is imported: a logger keeps its filters)."""
+    for name in NOTICES:
+        logger = logging.getLogger(name)
+        if _FILTER not in logger.filters:
+            logger.addFilter(_FILTER)
+
+
+def keep_notices() -> None:
+    """`wemask -v`: every library line shown again."""
+    for name in NOTICES:
+        logging.getLogger(name).removeFilter(_FILTER)
 
 
 def four_bit_kernel_line() -> str:

@@ -46,8 +46,15 @@ def wemask(
     version: Annotated[
         bool, typer.Option("--version", "-V", callback=show_version, is_eager=True, help="Print the version and exit.")
     ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show every start-up line of the libraries (DeepSpeed's, bitsandbytes', ...).")
+    ] = False,
 ) -> None:
     """WeMask for LLM inference and TRL fine-tuning."""
+    if verbose:
+        from ..kernel_notice import keep_notices
+
+        keep_notices()
 
 
 BUG_REPORT = (

@@ -1,0 +1,29 @@
+"""A training command's log keeps the lines that matter to the run: DeepSpeed's 'Setting accelerator to CPU' (printed
+whenever a library imports DeepSpeed to see whether it is there) is dropped; `wemask -v` shows it again."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = str(Path(__file__).resolve().parents[1] / "data" / "sft_chat.jsonl")
+NOTICE = "Setting accelerator to CPU"
+
+
+def sft_log(model: str, out: Path, *first: str) -> str:
+    args = [sys.executable, "-m", "wemask_cli", *first, "sft", "--model", model, "--dataset", DATA, "--max-steps", "1", "--max-length", "32",
+            "--save-strategy", "no", "--report-to", "none", "-o", str(out)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout + done.stderr
+
+
+def test_deepspeeds_start_up_line_only_with_verbose(tmp_path, tiny_model_dir):
+    pytest.importorskip("deepspeed")  # the line is DeepSpeed's: nothing to drop without it
+    assert NOTICE not in sft_log(tiny_model_dir, tmp_path / "quiet")
+    assert NOTICE in sft_log(tiny_model_dir, tmp_path / "verbose", "-v")
