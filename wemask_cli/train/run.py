@@ -235,11 +235,11 @@ def _eval_strategy(args) -> str:
 
 def run_callbacks(callbacks: list, args, interrupt, record, claim, divergence) -> list:
     """The trainer callbacks of a run: the caller's, FSDP's, then wemask's own (see callbacks.py)."""
-    from .callbacks import CheckpointRecordCallback, FinishedAtResume, SaveOnInterrupt
+    from .callbacks import CheckpointRecordCallback, FinishedAtResume, LogLastStep, SaveOnInterrupt
     from .steps import StepLines
 
     return [*callbacks, *fsdp.callbacks(args), SaveOnInterrupt(interrupt), CheckpointRecordCallback(record, claim), divergence,
-            FinishedAtResume(), StepLines()]
+            FinishedAtResume(), LogLastStep(), StepLines()]
 
 
 def stopped_early(divergence, interrupt, output: Path) -> str | None:
