@@ -3,6 +3,7 @@ whenever a library imports DeepSpeed to see whether it is there) is dropped; `we
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -27,3 +28,20 @@ def test_deepspeeds_start_up_line_only_with_verbose(tmp_path, tiny_model_dir):
     pytest.importorskip("deepspeed")  # the line is DeepSpeed's: nothing to drop without it
     assert NOTICE not in sft_log(tiny_model_dir, tmp_path / "quiet")
     assert NOTICE in sft_log(tiny_model_dir, tmp_path / "verbose", "-v")
+
+
+def test_plain_grpo_does_not_repeat_trls_vllm_version_warning(tmp_path, tiny_model_dir):
+    """(vllm env) TRL warns that it supports vLLM 0.22-0.31 at each of its vLLM checks, 5 times in a GRPO run that
+    does not use vLLM at all."""
+    from vllm_support import require_vllm
+
+    require_vllm()
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"What is {n} + 1?", "answer": str(n + 1)}) + "\n" for n in range(4)))
+    args = [sys.executable, "-m", "wemask_cli", "grpo", "--model", tiny_model_dir, "--dataset", str(data), "--max-steps", "1",
+            "--num-generations", "2", "--per-device-train-batch-size", "2", "--max-completion-length", "4",
+            "--save-strategy", "no", "--report-to", "none", "-o", str(tmp_path / "g")]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "TRL currently supports vLLM versions" not in done.stdout + done.stderr

@@ -193,8 +193,11 @@ class GRPOStage(Stage):
     spec = STAGE
 
     def __init__(self) -> None:
+        from ..engines.vllm.colocate import silence_trl_version_warning
+
         super().__init__()
         self.rewards: list = []  # loaded and checked by check(), before the model loads
+        silence_trl_version_warning()  # TRL warns at each of its vLLM checks, vLLM used or not: before TRL loads
 
     def check(self, resolved) -> None:
         """Runs after the configuration is resolved and before data or model load."""
@@ -242,7 +245,6 @@ def check_vllm(resolved, aware_mask: bool) -> None:
     """--use-vllm: what vLLM cannot run, in one line before any model loads."""
     import torch
 
-    from ..engines.vllm.colocate import silence_trl_version_warning
     from ..engines.vllm.support import check_folder_architecture, require_vllm
 
     args = resolved.args
@@ -252,7 +254,6 @@ def check_vllm(resolved, aware_mask: bool) -> None:
         kinds = ", ".join(remedy.describe() for remedy in resolved.remedies)
         raise WeMaskError(f"--use-vllm: {kinds} add modules that vLLM's model classes do not have: drop --use-vllm or the remedies")
     require_vllm()
-    silence_trl_version_warning()  # before TRL's vLLM modules load
     if aware_mask and resolved.mask.rates is not None:
         from ..engines.vllm.mask import check_config
 
