@@ -73,3 +73,20 @@ def test_a_template_without_markers_is_one_line(monkeypatch, capsys, tmp_path, t
     assert code == 2 and "Traceback" not in err and "bug" not in err
     assert "{% generation %} ... {% endgeneration %}" in err.splitlines()[-1] and "--train-on-prompt" in err
     assert first_loss(monkeypatch, capsys, str(model), data, tmp_path / "whole", "--train-on-prompt") > 0
+
+
+@pytest.mark.embedded
+def test_the_embedded_models_template_gets_the_generation_markers(embedded_dir):
+    """SmolLM2's ChatML template (default system prompt included) renders the same text, replies marked."""
+    from transformers import AutoTokenizer
+
+    from wemask_cli.train.chat_templates import PROBE, training_chat_template
+
+    tokenizer = AutoTokenizer.from_pretrained(embedded_dir)
+    assert "{% generation %}" not in tokenizer.chat_template
+    patched = training_chat_template(tokenizer, embedded_dir)
+    messages = PROBE[1:]  # no system message: the template adds its default one
+    assert tokenizer.apply_chat_template(messages, tokenize=False, chat_template=patched) == tokenizer.apply_chat_template(messages, tokenize=False)
+    marked = tokenizer.apply_chat_template(messages, chat_template=patched, return_dict=True, return_assistant_tokens_mask=True)
+    ids = [i for i, m in zip(marked["input_ids"], marked["assistant_masks"]) if m]
+    assert tokenizer.decode(ids) == "A1<|im_end|>\nA2<|im_end|>\n"
