@@ -115,6 +115,7 @@ FLAG_FIELDS = [f for f in dataclasses.fields(TrainOptions) if "flag" in f.metada
 DEFAULTS: dict[str, Any] = {f.name: f.metadata["default"] for f in OPTION_FIELDS}
 KINDS: dict[str, Any] = {f.name: f.metadata["kind"] for f in OPTION_FIELDS}
 CLI_ONLY = tuple(f.name for f in FLAG_FIELDS if f.metadata["flag"]["cli_only"])  # never in a recipe
+RECIPE_ONLY = tuple(f.name for f in OPTION_FIELDS if "flag" not in f.metadata)  # no flag: TRL's `datasets:` mixture
 
 
 def given_options(options: TrainOptions) -> dict:
