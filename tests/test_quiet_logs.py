@@ -45,3 +45,19 @@ def test_plain_grpo_does_not_repeat_trls_vllm_version_warning(tmp_path, tiny_mod
     done = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "TRL currently supports vLLM versions" not in done.stdout + done.stderr
+
+
+def test_lm_eval_runs_print_no_git_complaint(monkeypatch, tmp_path, capfd):
+    """lm-eval's git lookup printed `fatal: not a git repository` on every eval outside a checkout."""
+    pytest.importorskip("lm_eval")
+    from lm_eval import evaluator
+
+    from wemask_cli.compat.lm_eval import quiet_git_hash
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # tmp_path is no checkout, whatever holds it
+    evaluator.get_git_commit_hash()
+    assert "not a git repository" in capfd.readouterr().err  # lm-eval's own lookup
+    with quiet_git_hash():
+        assert evaluator.get_git_commit_hash() is None
+    assert capfd.readouterr().err == "" and evaluator.get_git_commit_hash.__module__ == "lm_eval.loggers.utils"
