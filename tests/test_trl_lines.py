@@ -76,3 +76,17 @@ def test_trls_datasets_mixture_recipe_key(monkeypatch, capsys, tmp_path, tiny_mo
     recipe.write_text(f"datasets:\n  - path: {SFT_DATA}\n    data_files: x.json\n")
     code, _, err = run_main(monkeypatch, capsys, "sft", "--model", tiny_model_dir, "--config", str(recipe), "-o", str(tmp_path / "p"), *SHORT)
     assert code == 2 and "datasets entry 1: ['data_files'] are not read by wemask" in err and "Traceback" not in err
+
+
+def test_trls_reward_funcs_recipe_key_is_reward(tmp_path):
+    from wemask_cli.train.grpo import GRPOStage
+    from wemask_cli.train.options import TrainOptions
+    from wemask_cli.train.resolve import resolve
+
+    recipe = tmp_path / "grpo.yaml"
+    recipe.write_text("reward_funcs:\n  - accuracy_reward\n  - think_format_reward\n")
+    stage = GRPOStage()
+    resolved = resolve(stage, TrainOptions(config=str(recipe), output_dir=str(tmp_path / "o"), dataset="d.jsonl"), [])
+    stage.check(resolved)
+    assert resolved.opts["reward"] == ["accuracy_reward", "think_format_reward"] and resolved.args.reward_weights == [1.0, 1.0]
+    assert [reward.__name__ for reward in stage.rewards] == ["accuracy_reward", "think_format_reward"]
