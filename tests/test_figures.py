@@ -90,7 +90,8 @@ def test_report_figure_layout_log_axis_and_single_points(tmp_path):
     low, high = single.get_ylim()
     assert high - low >= 0.1 * 0.62 and low < 0.62 - 0.028 and high > 0.62 + 0.028
     labels = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
-    assert "sft · plain (no mask)" in labels and any("dpo · aware · LoRA r=16 · ref-mask none" in label for label in labels)
+    assert "aware" in labels  # the sft curve through its plain r=0 run and r=0.3
+    assert "aware r=0.3, LoRA r=16, ref-mask none" in labels and "aware r=0.3, full, ref-mask same" in labels
 
 
 def test_curve_figure_from_a_real_eval(monkeypatch, capsys, tiny_model_dir, tmp_path):

@@ -59,7 +59,7 @@ def test_grpo_refuses_a_null_reference_naming_the_row(tiny_tokenizer):
     from wemask_cli.train import grpo
 
     dataset = Dataset.from_dict({"prompt": ["1+1?", "2+2?", "3+3?"], "answer": ["2", None, "6"]})
-    with pytest.raises(WeMaskError, match=r"--dataset row 2 has no reference answer in 'answer' \(None\)"):
+    with pytest.raises(WeMaskError, match=r"--dataset row 2 has no reference answer \(None\)"):
         grpo.prepare_dataset(dataset, tiny_tokenizer, None, [math_reward])
     assert grpo.prepare_dataset(dataset.select([0, 2]), tiny_tokenizer, None, [math_reward]) is not None
 

@@ -346,11 +346,11 @@ def test_gsm8k_layout_becomes_chat_prompts(tiny_tokenizer):
     assert chat[0]["answer"].endswith("#### 48")
     plain = grpo.prepare_dataset(dataset, tiny_tokenizer, False, [math_reward])
     assert plain[0]["prompt"] == dataset[0]["question"]
-    with pytest.raises(Exception, match="the math reward needs the reference answers in an 'answer' column"):
+    with pytest.raises(Exception, match=r"the math reward needs the reference answers in an 'answer' \(or 'solution'\) column"):
         grpo.prepare_dataset(Dataset.from_dict({"prompt": ["hi"]}), tiny_tokenizer, None, [math_reward])
-    renamed, _ = load_training_data("grpo", MATH, columns="prompt=question,solution=answer")
-    with pytest.raises(Exception, match="--dataset-columns answer=COLUMN"):
-        grpo.prepare_dataset(renamed, tiny_tokenizer, None, [math_reward])
+    renamed, _ = load_training_data("grpo", MATH, columns="prompt=question,solution=answer")  # TRL's prompt/solution data
+    assert grpo.prepare_dataset(renamed, tiny_tokenizer, None, [math_reward])[0]["solution"].endswith("#### 48")
+    assert math_reward([r"\boxed{48}", "no idea"], solution=[renamed[0]["solution"]] * 2) == [1.0, 0.0]
 
 
 # ---------------------------------------------------------------------------------------------------------------

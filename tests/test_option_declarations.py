@@ -10,7 +10,7 @@ import pytest
 
 from wemask_cli.cli.train import SHARED_MASK_OPTIONS, train_options
 from wemask_cli.errors import WeMaskError
-from wemask_cli.train.options import CLI_ONLY, DEFAULTS, TRL_PANEL, TrainOptions, option
+from wemask_cli.train.options import CLI_ONLY, DEFAULTS, RECIPE_ONLY, TRL_PANEL, TrainOptions, option
 from wemask_cli.train.resolve import resolve
 from wemask_cli.train.sft import SFTStage
 from wemask_cli.train.trl_vocabulary import alias_flags
@@ -47,7 +47,8 @@ def test_help_shows_the_field_default_and_recipe_keys_are_the_same_fields():
     assert helps["lora_r"] == f"LoRA rank (default {DEFAULTS['lora_r']})." == "LoRA rank (default 16)."
     assert "(default on)" in helps["use_bnb_nested_quant"] and "(default off;" in helps["trust_remote_code"]
     assert "(default train;" in helps["dataset_split"]
-    assert set(DEFAULTS) == set(flags) - {"config"} and CLI_ONLY == ("config", "overwrite", "resume")
+    assert set(DEFAULTS) - set(RECIPE_ONLY) == set(flags) - {"config"} and CLI_ONLY == ("config", "overwrite", "resume")
+    assert RECIPE_ONLY == ("datasets", "test_split_size")  # TRL's mixture: a list of entries, no flag form
 
 
 @dataclass

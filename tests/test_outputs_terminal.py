@@ -56,10 +56,12 @@ def test_eval_table_fits_80_columns_with_every_header_whole(quantize):
 
 
 def test_bitsandbytes_kernel_notice_is_dropped_and_nothing_else():
-    from wemask_cli.compat.bitsandbytes import NOTICE_LOGGER, drop_notice
+    from wemask_cli.compat.bitsandbytes import NOTICE_LOGGER
+    from wemask_cli.compat.notices import drop_log_notices
 
     script = (
-        "import sys\nfrom wemask_cli.compat.bitsandbytes import drop_notice, four_bit_kernel_line\ndrop_notice()\n"
+        "import sys\nfrom wemask_cli.compat.bitsandbytes import four_bit_kernel_line\n"
+        "from wemask_cli.compat.notices import drop_log_notices\ndrop_log_notices()\n"
         "import bitsandbytes\nops = sys.modules['bitsandbytes.backends.cpu.ops']\n"
         "print(getattr(ops, 'gemm_4bit_forward_kernel', 'no avx512'), four_bit_kernel_line(), sep='|')\n"
     )
@@ -69,7 +71,7 @@ def test_bitsandbytes_kernel_notice_is_dropped_and_nothing_else():
     assert "kernels-community" not in done.stderr and line.startswith("4-bit on CPU: ")
     if kernel == "None":  # the notice was logged (and dropped): the line names the fallback and the fix
         assert "bitsandbytes' own CPU kernel" in line and "pip install 'kernels" in line
-    drop_notice()
+    drop_log_notices()
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     logger = logging.getLogger(NOTICE_LOGGER)

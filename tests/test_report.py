@@ -54,7 +54,7 @@ def test_report_merges_three_runs(monkeypatch, capsys, three_runs, tmp_path):
         "--json", str(out_json), "--csv", str(out_csv),
     )
     assert code == 0, err
-    for name in ("eval-a", "eval-b", "r0.3", "perplexity", "train_loss", "aware", "free", "eval: perplexity, 2 run(s)", "sft, 1 run(s)"):
+    for name in ("eval-a", "eval-b", "r0.3", "perplexity", "train_loss", "aware r=0.3", "eval: perplexity, 2 run(s)", "sft, 1 run(s)"):
         assert name in stdout, name
     rows = json.loads(out_json.read_text())
     assert {r["run"].rsplit("/", 1)[-1] for r in rows} == {"eval-a", "eval-b", "r0.3"}
@@ -62,7 +62,7 @@ def test_report_merges_three_runs(monkeypatch, capsys, three_runs, tmp_path):
     assert sorted((Path(r["run"]).name, r["mask_rate"]) for r in ppl) == [
         ("eval-a", 0.0), ("eval-a", 1.0), ("eval-b", 0.0), ("eval-b", 0.5), ("eval-b", 1.0)
     ]
-    assert all(r["stage"] == "eval" and r["mode"] == "free" and r["task"] == "perplexity" for r in ppl)
+    assert all(r["stage"] == "eval" and r["mode"] == ("" if r["mask_rate"] else "plain") and r["task"] == "perplexity" for r in ppl)
     trained = {r["metric"]: r for r in rows if r["stage"] == "sft"}
     written = json.loads((runs / "r0.3" / "metrics.json").read_text())
     assert trained["train_loss"]["value"] == written["train_loss"] > 0 and trained["train_loss"]["mask_rate"] == 0.3
@@ -187,15 +187,15 @@ def test_report_compares_like_with_like(tmp_path):
     rows = gather(sorted(runs.iterdir()))
     lines = lines_of(rows)
     assert sorted(lines) == sorted([
-        "aware · full · ref-mask none · data sft_chat.jsonl",
-        "aware · full · ref-mask same · data sft_chat.jsonl",
-        "aware · LoRA r=16 · ref-mask same · data hh.jsonl",
-        "aware · LoRA r=16 · ref-mask same · data sft_chat.jsonl",
+        "aware r=0.3, full, ref-mask none, data sft_chat.jsonl",
+        "aware r=0.3, full, ref-mask same, data sft_chat.jsonl",
+        "aware r=0.3, LoRA r=16, ref-mask same, data hh.jsonl",
+        "aware r=0.3, LoRA r=16, ref-mask same, data sft_chat.jsonl",
     ])
-    (averaged,) = lines["aware · full · ref-mask same · data sft_chat.jsonl"]
+    (averaged,) = lines["aware r=0.3, full, ref-mask same, data sft_chat.jsonl"]
     assert averaged["value"] == pytest.approx(0.62) and averaged["std"] == pytest.approx(0.0283, abs=1e-3)
-    assert averaged["spread"] == "runs" and len(averaged["runs"]) == 2
-    assert all(point["spread"] is None for name, found in lines.items() if "full · ref-mask same" not in name for point in found)
+    assert averaged["spread"] == "seeds" and len(averaged["runs"]) == 2
+    assert all(point["spread"] is None for name, found in lines.items() if "full, ref-mask same" not in name for point in found)
 
 
 def test_report_splits_runs_by_any_other_training_argument(tmp_path):
@@ -204,7 +204,7 @@ def test_report_splits_runs_by_any_other_training_argument(tmp_path):
     write_training_run(runs / "a", seed=0)
     write_training_run(runs / "b", seed=1, learning_rate=1e-5)
     names = sorted(lines_of(gather(sorted(runs.iterdir()))))
-    assert names == ['aware · learning_rate=1e-05', 'aware · learning_rate=5e-06']
+    assert names == ['aware r=0.3, learning_rate=1e-05', 'aware r=0.3, learning_rate=5e-06']
 
 
 def test_report_splits_data_that_only_shares_a_name(tmp_path):
@@ -214,12 +214,13 @@ def test_report_splits_data_that_only_shares_a_name(tmp_path):
     write_training_run(runs / "b", seed=1, data_sha256="1" * 64)
     write_training_run(runs / "c", seed=0, data_sha256="2" * 64)
     lines = lines_of(gather(sorted(runs.iterdir())))
-    assert sorted(lines) == ["aware · data sft_chat.jsonl#11111111", "aware · data sft_chat.jsonl#22222222"]
-    assert lines["aware · data sft_chat.jsonl#11111111"][0]["spread"] == "runs"
+    assert sorted(lines) == ["aware r=0.3, data sft_chat.jsonl#11111111", "aware r=0.3, data sft_chat.jsonl#22222222"]
+    assert lines["aware r=0.3, data sft_chat.jsonl#11111111"][0]["spread"] == "seeds"
 
 
 def test_report_plain_runs_quantized_runs_and_remedies_are_their_own_lines(tmp_path):
-    """A run without a mask is 'plain' (not 'aware'); remedies and 4-bit loading name their own lines."""
+    """A run without a mask is 'plain' (not 'aware'), the r=0 point of the line it shares its settings with; remedies
+    and 4-bit loading name their own lines."""
     runs = tmp_path / "runs"
     write_training_run(runs / "r0", mask_rate=0.0)
     write_training_run(runs / "r0.3", mask_rate=0.3)
@@ -227,9 +228,10 @@ def test_report_plain_runs_quantized_runs_and_remedies_are_their_own_lines(tmp_p
     write_training_run(runs / "q4", mask_rate=0.3, peft=True, load_in_4bit=True)
     rows = gather(sorted(runs.iterdir()))
     by_run = {Path(row["run"]).name: row["line"] for row in rows if row["metric"] == "train_loss"}
-    assert by_run["r0"].startswith("plain · full · no remedy") and by_run["gated"].startswith("plain · full · gated_norm")
-    assert by_run["r0.3"] == "aware · full · no remedy · no quantization"
-    assert by_run["q4"] == "aware · LoRA r=16 · no remedy · 4bit"
+    assert by_run["r0"] == by_run["r0.3"] == "aware, full, no remedy"  # r0 is the r=0 point of the r0.3 line
+    assert by_run["gated"] == "plain, full, GatedNorm"
+    assert by_run["q4"] == "aware r=0.3, LoRA r=16, no remedy, 4bit"
+    assert {row["mode"] for row in rows if Path(row["run"]).name in ("r0", "gated")} == {"plain"}
 
 
 def eval_document(task="perplexity", data="/work/perplexity.txt", sha="a" * 64, rates=(0.0, 0.3), quantize="none", values=None):
@@ -258,8 +260,8 @@ def test_report_uses_an_eval_baseline_only_for_the_same_data(tmp_path):
         (runs / name / "metrics.json").write_text(json.dumps(document))
     lines = lines_of(gather(sorted(runs.iterdir())), "perplexity")
     assert sorted(lines) == [
-        'free · data perplexity.txt#aaaaaaaa · window=256', 'free · data perplexity.txt#aaaaaaaa · window=64',
-        'plain · data README.md#bbbbbbbb · window=256',
+        'data perplexity.txt#aaaaaaaa, window=256', 'data perplexity.txt#aaaaaaaa, window=64',
+        'plain, data README.md#bbbbbbbb, window=256',
     ]
 
 
@@ -274,7 +276,7 @@ def test_report_keeps_an_eval_sweep_on_one_line_and_splits_me_layers(tmp_path):
         (runs / name / "metrics.json").write_text(json.dumps(document))
     lines = lines_of(gather(sorted(runs.iterdir())), "perplexity")
     assert {name: sorted(p["mask_rate"] for p in found) for name, found in lines.items()} == {
-        "free · mask me_layer=11": [0.0, 0.3, 1.0], "free · mask me_layer=5": [0.0, 0.3, 1.0],
+        "mask me_layer=11": [0.0, 0.3, 1.0], "mask me_layer=5": [0.0, 0.3, 1.0],
     }
 
 
@@ -290,7 +292,8 @@ def test_report_keeps_quantized_variants_apart(tmp_path):
     rows = gather([run])
     by_key = {(r["mask_rate"], r["quantize"]): r for r in rows}
     assert len(rows) == 4 and by_key[(0.0, "w4a4")]["value"] == 11076.0 and by_key[(0.0, "none")]["value"] == 22.7
-    assert by_key[(0.3, "w4a4")]["line"] == "free · w4a4" and by_key[(0.3, "none")]["line"] == "free · no quantization"
+    assert by_key[(0.3, "w4a4")]["line"] == "w4a4" and by_key[(0.3, "none")]["line"] == "base model"
+    assert {row["mode"] for row in rows if row["mask_rate"]} == {""}  # nothing was trained: no mode
 
 
 def test_report_tables_fit_80_columns(monkeypatch, capsys, tmp_path):
@@ -308,3 +311,48 @@ def test_report_tables_fit_80_columns(monkeypatch, capsys, tmp_path):
     for number in ("0.6123", "0.5123", "0.693"):  # train_loss, final_loss, first_step/loss: whole
         assert number in out
     assert "…" not in out
+
+
+def test_report_labels_read_like_a_legend_and_duplicates_have_no_spread(tmp_path):
+    """'aware r=0.3, GatedNorm both' (not `gated_norm · gated_norm="both"`); two evals of the same model and seed are
+    duplicates: their mean, no ± (the issue's '22.89 ± 0'); two seeds of one setting have a spread."""
+    runs = tmp_path / "runs"
+    gated = write_training_run(runs / "gated", mask_rate=0.3, remedies=["gated_norm"])
+    record = json.loads((gated / "wemask_run.json").read_text())
+    record["options"]["gated_norm"] = "both"
+    (gated / "wemask_run.json").write_text(json.dumps(record))
+    write_training_run(runs / "plain-s0", mask_rate=0.0, seed=0, loss=2.0)
+    write_training_run(runs / "plain-s1", mask_rate=0.0, seed=1, loss=2.2)
+    for name in ("base-a", "base-b"):
+        (runs / name).mkdir()
+        (runs / name / "metrics.json").write_text(json.dumps(eval_document(rates=(0.0,), values=[22.89])))
+    rows = gather(sorted(runs.iterdir()))
+    assert lines_of(rows).keys() == {"aware r=0.3, GatedNorm both", "plain, no remedy"}
+    (baseline,) = lines_of(rows)["plain, no remedy"]
+    assert baseline["spread"] == "seeds" and baseline["std"] == pytest.approx(0.1414, abs=1e-3)
+    ((duplicated,),) = lines_of(rows, "perplexity").values()
+    assert duplicated["value"] == pytest.approx(22.89) and duplicated["spread"] is None and duplicated["duplicates"] == 1
+    from wemask_cli.render.report import cell
+
+    assert cell(duplicated) == "22.89"
+
+
+def test_report_of_100_runs_is_bounded_and_its_legend_fits_the_figure(monkeypatch, capsys, tmp_path):
+    """`wemask report runs/*` over 100 runs (and empty folders): a bounded table, one line for the skipped folders,
+    every legend entry inside the PNG."""
+    runs = tmp_path / "runs"
+    for index in range(100):
+        write_training_run(runs / f"run{index:03d}", mask_rate=0.3, dataset=f"data/a-long-dataset-name-number-{index % 40}.jsonl",
+                           seed=index // 40, loss=2.0 + index / 100)  # fmt: skip
+    for index in range(5):
+        (runs / f"empty{index}").mkdir()
+    code, out, err = run_main(monkeypatch, capsys, "report", *sorted(str(p) for p in runs.iterdir()))
+    assert code == 0, err
+    assert len(out.splitlines()) < 150 and "and 10 more setting-and-rate rows" in out
+    assert err.count("skipping") == 1 and "and 2 more: no metrics.json" in err
+    from wemask_cli.render.report import report_figure
+
+    figure = report_figure(gather(sorted(p for p in runs.iterdir() if p.name.startswith("run"))))
+    figure.canvas.draw()
+    box, legend = figure.bbox, figure.legends[0].get_window_extent()
+    assert box.x0 <= legend.x0 and legend.x1 <= box.x1 and box.y0 <= legend.y0 and legend.y1 <= box.y1

@@ -44,26 +44,36 @@ def sft(out: Path, model: str, *extra, callbacks=None, trl=None, **options):
     return run(stage(), TrainOptions(model=model, output_dir=str(out), dataset=DATA, **options), [*flags(**(trl or {})), *extra], callbacks=callbacks)
 
 
+MARKED_TEMPLATE = (  # conftest's ChatML template with TRL's generation markers around each assistant reply
+    "{% for message in messages %}{% if message['role'] == 'assistant' %}<|im_start|>assistant\n{% generation %}"
+    "{{ message['content'] }}<|im_end|>\n{% endgeneration %}{% else %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
 def losses(result) -> list[float]:
     return [loss for _, loss in loss_history(result.trainer)]
 
 
 @pytest.fixture(scope="module")
 def plain_trl_losses(tmp_path_factory, tiny_model_dir):
-    """TRL's SFTTrainer used directly, the way a TRL user would, with the same seed, data and arguments."""
+    """TRL's SFTTrainer used directly, the way a TRL user would, with the same seed, data and arguments, training on
+    the responses as wemask does by default: assistant_only_loss with the ChatML template marked by hand."""
     from datasets import load_dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
     args = SFTConfig(
         output_dir=str(tmp_path_factory.mktemp("plain")), use_cpu=True, bf16=False, gradient_checkpointing=False,
-        report_to="none", **TRL_ARGS,
+        report_to="none", assistant_only_loss=True, **TRL_ARGS,
     )
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer.chat_template = MARKED_TEMPLATE
     trainer = SFTTrainer(
         model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
         args=args,
         train_dataset=load_dataset("json", data_files=DATA, split="train"),
-        processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+        processing_class=tokenizer,
     )
     trainer.train()
     return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]

@@ -36,3 +36,30 @@ def test_the_readme_sweep_runs_twice(monkeypatch, capsys, tmp_path, tiny_model_d
     assert all("--overwrite: keeping eval in runs/r" in err for err in errors), errors
     again = json.loads(Path("runs/r0.3/eval/metrics.json").read_text())
     assert again["summary"] == first["summary"] and Path("runs/report.csv").is_file()
+    one_curve_per_setting(tiny_model_dir)
+
+
+def one_curve_per_setting(model: str) -> None:
+    """The evals of r0 and r0.3 are keyed by their training setting, not their folder: one curve over r per stage,
+    its r = 0 point the plain run, in the rows and the figure (the issue's one-point settings)."""
+    from wemask_cli.commands.report import gather, points
+    from wemask_cli.render.report import report_figure
+
+    rows = gather([Path("runs/r0"), Path("runs/r0.3")])
+    curves = {}
+    for point in points(rows):
+        curves.setdefault((point["stage"], point["line"], point["metric"]), []).append((point["mask_rate"], point["mode"]))
+    assert sorted(curves[("eval", "aware", "choice/accuracy")]) == [(0.0, "plain"), (0.3, "aware")]
+    assert sorted(curves[("sft", "aware", "train_loss")]) == [(0.0, "plain"), (0.3, "aware")]
+    assert {line for _, line, _ in curves} == {"aware"}
+    assert {row["model"] for row in rows} == {model} and {row["training"] for row in rows} == {"", "sft"}
+    figure = report_figure(rows)
+    panel = next(ax for ax in figure.axes if ax.get_title().startswith("eval choice: choice/accuracy "))
+    assert all(figure_series(ax) == [("aware", [0.0, 0.3])] for ax in figure.axes if ax.get_visible())
+    assert figure_series(panel) == [("aware", [0.0, 0.3])]
+
+
+def figure_series(ax) -> list[tuple[str, list[float]]]:
+    """A panel's labelled series: error-bar curves and dashed baselines, with their x values."""
+    curves = [(c.get_label(), [round(x, 3) for x in c.lines[0].get_xdata()]) for c in ax.containers]
+    return curves + [(line.get_label(), []) for line in ax.get_lines() if line.get_linestyle() == "--"]

@@ -14,7 +14,7 @@ import typer
 
 from .. import ranks
 from ..errors import WeMaskError
-from . import env, infer, locate, report, train
+from . import env, infer, locate, merge, report, train
 from . import eval as eval_command
 from .commands import CommandGroup, Interrupted
 
@@ -47,8 +47,15 @@ def wemask(
     version: Annotated[
         bool, typer.Option("--version", "-V", callback=show_version, is_eager=True, help="Print the version and exit.")
     ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show every start-up line of the libraries (DeepSpeed's, bitsandbytes', ...).")
+    ] = False,
 ) -> None:
     """WeMask for LLM inference and TRL fine-tuning."""
+    if verbose:
+        from ..compat.notices import keep_log_notices
+
+        keep_log_notices()
 
 
 BUG_REPORT = (
@@ -57,14 +64,14 @@ BUG_REPORT = (
 )
 
 
-COMMANDS = (infer, locate, train, eval_command, report, env)  # in `wemask --help` order (cli/commands.py)
+COMMANDS = (infer, locate, train, eval_command, report, merge, env)  # in `wemask --help` order (cli/commands.py)
 CommandGroup.modules = COMMANDS
 
 
 def quiet_libraries() -> None:
     """Library noise off (progress bars, bitsandbytes' CPU notice), without importing the libraries; their warnings
 are quieted around the command only (compat/notices.py)."""
-    from ..compat.bitsandbytes import drop_notice
+    from ..compat.notices import drop_log_notices
 
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read when huggingface_hub is first imported
     if not sys.stderr.isatty():  # in a log, datasets' bars are lines of carriage returns: wemask's own lines remain
@@ -73,7 +80,7 @@ are quieted around the command only (compat/notices.py)."""
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    drop_notice()  # bitsandbytes' kernels-community notice on every CPU import (compat/bitsandbytes.py)
+    drop_log_notices()  # bitsandbytes' kernels-community notice on every CPU import, DeepSpeed's accelerator line
     if ranks.rank() != 0:  # under a launcher the main process speaks for all: the others' library chatter off too
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"

@@ -76,7 +76,7 @@ def stage_option(flag) -> object:
     if flag.type is bool:
         return Annotated[Optional[bool], typer.Option(f"{flag.flag}/--no-{flag.flag[2:]}", help=flag.help)]
     if flag.type is list:
-        return Annotated[Optional[list[str]], typer.Option(flag.flag, help=flag.help)]
+        return Annotated[Optional[list[str]], typer.Option(flag.flag, *alias_flags(flag.dest), help=flag.help)]
     return Annotated[Optional[flag.type], typer.Option(flag.flag, help=flag.help)]
 
 

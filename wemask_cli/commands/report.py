@@ -7,9 +7,10 @@ written inside a training run is found too); a DIR without any is skipped with o
 - a training run (sft, dpo, grpo): a flat object with `stage`, `mode`, `mask_rate` and numeric metrics, top level
   or under `metrics` (one level of nested dicts is flattened as `parent/key`); bookkeeping numbers (seed, steps,
   epoch, throughput, ...) are not metrics. Its wemask_run.json adds the settings metrics.json lacks.
-Runs are compared like with like (report_settings.py): a run without a mask is `plain`; runs whose settings
-agree differ in seed alone and are averaged; any other difference names its own `line`.
-Rows are long: one per run, mask rate and metric, with the columns in COLUMNS.
+Runs are compared like with like (report_settings.py): an eval of a training run by that run's training setting; a
+line is one setting over the mask rate, a run without a mask its r = 0 (plain) point; runs of one setting differ in
+seed alone and are averaged, the std across seeds their spread (never across duplicates of one seed).
+Rows are long: one per run, line, mask rate and metric, with the columns in COLUMNS.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from ..errors import WeMaskError
 from ..outputs import METRICS_FILE, RUN_RECORD_FILE, atomic_write_json, atomic_write_text, check_output_file
 from ..progress import say
 from .report_settings import (
-    PLAIN,
     eval_settings,
     line_names,
     read_run_record,
@@ -37,7 +37,7 @@ NOT_METRICS = {
     "n_examples", "mean_step_time_s", "train_samples_per_second", "train_steps_per_second", "reward_weights",
     "dropped_examples",
 }
-SETTING_COLUMNS = ["mode", "quantize", "model", "data", "eval_data", "peft", "ref_mask", "remedies"]
+SETTING_COLUMNS = ["mode", "training", "quantize", "model", "train_data", "data", "eval_data", "peft", "ref_mask", "remedies"]
 COLUMNS = ["run", "stage", "task", "line", *SETTING_COLUMNS, "seed", "mask_rate", "metric", "value", "std", "se", "seeds", "n"]
 
 
@@ -80,14 +80,13 @@ def result_rows(document: dict, path: Path) -> list[tuple[dict, dict]]:
 
 
 def eval_rows(document: dict, path: Path) -> list[tuple[dict, dict]]:
-    """An eval's results: seeds averaged per (rate, mode, quantization, metric); a run that never masks is plain."""
+    """An eval's results: seeds averaged per (rate, mode, quantization, metric), with their std across seeds."""
     task = document.get("task") or ""
     groups: dict[tuple, list[dict]] = {}
     results = [r for r in document["results"] if isinstance(r, dict) and is_number(r.get("value")) and "metric" in r]
-    masked = any(is_number(r.get("mask_rate", document.get("mask_rate"))) and r.get("mask_rate", document.get("mask_rate")) > 0 for r in results)
     for result in results:
         rate = result.get("mask_rate", document.get("mask_rate"))
-        mode = (result.get("mode", document.get("mode")) or "none") if masked else PLAIN
+        mode = result.get("mode", document.get("mode")) or ""
         groups.setdefault((rate, mode, result.get("quantize") or "none", result["metric"]), []).append(result)
     if not groups:
         raise WeMaskError(f"{path}: its 'results' hold no numeric metric values")
@@ -97,10 +96,11 @@ def eval_rows(document: dict, path: Path) -> list[tuple[dict, dict]]:
         values = [r["value"] for r in found]
         ses = [r["se"] for r in found if is_number(r.get("se"))]
         name = f"{task}/{metric}" if task and metric != task and "/" not in metric else metric
-        row = {"mask_rate": rate, "seed": None, "metric": name, "value": statistics.fmean(values),
+        settings = eval_settings(document, rate, mode, quantize, me_layer)
+        row = {"mask_rate": rate, "seed": settings["seed"], "metric": name, "value": statistics.fmean(values),
                "std": statistics.stdev(values) if len(values) > 1 else 0.0, "se": statistics.fmean(ses) if ses else None,
                "seeds": len(values), "n": found[0].get("n")}  # fmt: skip
-        pairs.append((eval_settings(document, mode, quantize, me_layer), row))
+        pairs.append((settings, row))
     return pairs
 
 
@@ -129,40 +129,49 @@ def gather(directories: list[Path]) -> list[dict]:
     settings that differ from the other runs'). A directory without metrics.json is skipped with one line."""
     if not directories:
         raise WeMaskError("no run directory given: wemask report DIR [DIR...]")
-    pairs = []
+    pairs, empty = [], []
     for directory in directories:
         found = find_metrics(Path(directory))
         if not found:
-            say(f"skipping {directory}: no {METRICS_FILE} in it or its sub-directories")
+            empty.append(str(directory))
         for path in found:
             run = run_label(path, Path(directory))
             pairs += [(settings, {"run": run, **row}) for settings, row in result_rows(read_document(path), path)]
+    if empty:
+        shown = ", ".join(empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")
+        say(f"skipping {shown}: no {METRICS_FILE} in {'it' if len(empty) == 1 else 'them'} or {'its' if len(empty) == 1 else 'their'} sub-directories")
     if not pairs:
         raise WeMaskError(
             f"no {METRICS_FILE} in {', '.join(str(d) for d in directories)}: give run directories written by "
             "`wemask eval --output DIR` or a training command"
         )
-    names = line_names([settings for settings, _ in pairs])
+    names = line_names([settings for settings, _ in pairs], [row["mask_rate"] for _, row in pairs])
     return [
         {**{k: settings[k] for k in SETTING_COLUMNS}, **row, "line": name, "stage": settings["stage"], "task": settings["task"]}
-        for (settings, row), name in zip(pairs, names)
+        for (settings, row), found in zip(pairs, names)
+        for name in found
     ]
 
 
 def points(rows: list[dict]) -> list[dict]:
-    """Rows of one setting (stage, task, line), mask rate and metric merged: the mean over runs, which differ in
-    seed alone, with `std` across them (a single run keeps its own std across seeds) and `runs` listing them."""
+    """Rows of one setting (stage, task, line), mask rate and metric merged, with `runs` listing them. Runs of
+    different seeds are averaged, with `std` across the seeds (spread "seeds"); runs of the same seed (or none) are
+    duplicates: their mean, no spread. A single run keeps its own std across the seeds it evaluated."""
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         groups.setdefault((row["stage"], row["task"], row["line"], row["mask_rate"], row["metric"]), []).append(row)
     merged = []
     for found in groups.values():
-        values = [r["value"] for r in found]
-        several = len(found) > 1
+        by_seed: dict = {}
+        for row in found:
+            by_seed.setdefault(row["seed"], []).append(row["value"])
+        means = [statistics.fmean(values) for values in by_seed.values()]
+        seeds = len(means) > 1 and None not in by_seed
+        own = len(found) == 1 and found[0]["seeds"] > 1
         merged.append({
-            **found[0], "value": statistics.fmean(values), "std": statistics.stdev(values) if several else found[0]["std"],
-            "se": None if several else found[0]["se"], "runs": [r["run"] for r in found],
-            "spread": "runs" if several else ("seeds" if found[0]["seeds"] > 1 else None),
+            **found[0], "value": statistics.fmean(means), "std": statistics.stdev(means) if seeds else found[0]["std"] if own else 0.0,
+            "se": found[0]["se"] if len(found) == 1 else None, "runs": [r["run"] for r in found],
+            "spread": "seeds" if seeds or own else None, "duplicates": len(found) - len(means),
         })  # fmt: skip
     return merged
 

@@ -1,8 +1,8 @@
 """bitsandbytes' internals wemask reads (verified on bitsandbytes 0.50.2): its CPU notice, "Failed to load CPU
 gemm_4bit_forward from kernels-community: ...", logged (a warning of the logger `bitsandbytes.backends.cpu.ops`)
 each time bitsandbytes is imported on a CPU with AVX512-BF16 and without the `kernels` package, which peft and
-transformers do whether or not anything is 4-bit. `drop_notice()` filters exactly that message (other bitsandbytes
-warnings pass); where wemask loads 4-bit weights on the CPU, `four_bit_kernel_line()` says in one line which kernel
+transformers do whether or not anything is 4-bit. compat/notices.py filters exactly that message (other
+bitsandbytes warnings pass); where wemask loads 4-bit weights on the CPU, `four_bit_kernel_line()` says in one line which kernel
 runs instead, read from the module variable `bitsandbytes.backends.cpu.ops.gemm_4bit_forward_kernel` (defined only
 on CPUs with AVX512-BF16; its module is checked to be the one that logs the notice). Torch-free; imports nothing of
 bitsandbytes.
@@ -10,7 +10,6 @@ bitsandbytes.
 
 from __future__ import annotations
 
-import logging
 import sys
 
 from . import incompatible
@@ -18,21 +17,6 @@ from . import incompatible
 LIBRARY, VERIFIED = "bitsandbytes", "0.50.2"
 NOTICE_LOGGER = "bitsandbytes.backends.cpu.ops"
 NOTICE_START = "Failed to load CPU gemm_4bit_forward from kernels-community"
-
-
-class _DropNotice(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(NOTICE_START)
-
-
-_FILTER = _DropNotice()
-
-
-def drop_notice() -> None:
-    """Filter bitsandbytes' kernels-community notice (before or after bitsandbytes is imported)."""
-    logger = logging.getLogger(NOTICE_LOGGER)
-    if _FILTER not in logger.filters:
-        logger.addFilter(_FILTER)
 
 
 def four_bit_kernel_line() -> str:

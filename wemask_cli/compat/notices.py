@@ -1,4 +1,5 @@
-"""The libraries' warnings wemask quiets, only while one of its commands runs (cli.main), never for the whole process.
+"""The libraries' warnings wemask quiets, only while one of its commands runs (cli.main), never for the whole process,
+and the start-up log lines of theirs that say nothing about the run (`wemask -v` shows them again).
 
 Their deprecation notices (FutureWarning) are not the user's doing, and under a launcher the main process speaks for
 all, so the other processes' warnings are off too. The filters match where a warning is raised from (its module),
@@ -8,9 +9,12 @@ is restored when the command returns.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from .bitsandbytes import NOTICE_LOGGER, NOTICE_START
 
 LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "huggingface_hub", "safetensors",
              "bitsandbytes", "deepspeed", "lm_eval", "vllm", "wemask_cli")
@@ -26,3 +30,30 @@ def library_notices_quiet(every_warning: bool = False) -> Iterator[None]:
         if every_warning:
             warnings.filterwarnings("ignore")
         yield
+
+
+# Start-up lines by logger: bitsandbytes' kernels-community notice (compat/bitsandbytes.py), and DeepSpeed's
+# accelerator fallback, printed whenever transformers or accelerate import DeepSpeed to ask whether it is there.
+LOG_NOTICES = {NOTICE_LOGGER: NOTICE_START, "DeepSpeed": "Setting accelerator to CPU. If you have GPU or other accelerator"}
+
+
+class _DropNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(LOG_NOTICES.get(record.name, "\0"))
+
+
+_FILTER = _DropNotice()
+
+
+def drop_log_notices() -> None:
+    """Filter those lines (before or after their library is imported: a logger keeps its filters)."""
+    for name in LOG_NOTICES:
+        logger = logging.getLogger(name)
+        if _FILTER not in logger.filters:
+            logger.addFilter(_FILTER)
+
+
+def keep_log_notices() -> None:
+    """`wemask -v`: every library line shown again."""
+    for name in LOG_NOTICES:
+        logging.getLogger(name).removeFilter(_FILTER)

@@ -49,8 +49,13 @@ def load_training_data(
 ):
     """(dataset, format) for `stage` (its TrainingData, or a built-in stage's name): columns mapped, known layouts
     adapted, format detected, rows checked, never empty."""
-    data = training_data(stage)
     dataset, labels, where = open_dataset(spec, split=split, config=config, what=what)
+    return prepare_training_data(stage, dataset, labels, where, columns)
+
+
+def prepare_training_data(stage: TrainingData | str, dataset, labels: list[str] | None, where: str, columns=None):
+    """(dataset, format) of an opened dataset: columns mapped, known layouts adapted, format detected, rows checked."""
+    data = training_data(stage)
     dataset = apply_column_map(dataset, parse_column_map(columns), where)
     adapters = LAYOUT_ADAPTERS if data.layouts else ()
     adapted = next(filter(None, (adapt(data.layouts, dataset, labels, where) for adapt in adapters)), None)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..hub import snapshot_revision
 from ..outputs import METRICS_FILE, atomic_write_json, atomic_write_text, strict_json
+from ..outputs.trained import training_summary
 from ..versions import library_versions
 from .stats import summarize
 
@@ -44,7 +45,8 @@ def provenance(loaded, data_info: dict, started: float, libraries: tuple[str, ..
         "versions": {**library_versions(LIBRARIES + libraries), **getattr(loaded.model, "engine_versions", {})},  # an engine adds its own
         "model": {"path": loaded.source, "revision": snapshot_revision(loaded.source),
                   "dtype": str(getattr(loaded.model, "dtype", "")).removeprefix("torch.") or None,
-                  "interventions": [c.to_dict() for c in loaded.installed.configs] if loaded.installed else []},
+                  "interventions": [c.to_dict() for c in loaded.installed.configs] if loaded.installed else [],
+                  "trained": training_summary(loaded.source)},
         "tokenizer": {"bos_token": tokenizer.bos_token, "bos_token_id": tokenizer.bos_token_id,
                       "eos_token": tokenizer.eos_token, "eos_token_id": tokenizer.eos_token_id,
                       "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest() if isinstance(template, str) else None},

@@ -22,12 +22,13 @@ the identity (e.g. DPO's reference pass with `--ref-mask none`, or a PEFT model 
 class Intervention:
     """Base class of intervention configs. Subclasses are dataclasses and set the class variables below.
 
-    kind: the registry key and JSON "kind". has_parameters: whether install() adds trainable parameters
+    kind: the registry key and JSON "kind"; title: its name in a report's legend. has_parameters: whether install() adds trainable parameters
     (saved as safetensors). Flags come from the fields declared with `flags.flag(...)`; a kind with no `main` field
     sets `switch` (the help of a `--<kind>` on/off flag). A kind with neither has no flags.
     """
 
     kind: ClassVar[str] = ""
+    title: ClassVar[str] = ""  # how a report's legend names it ("GatedNorm"); the kind when empty
     has_parameters: ClassVar[bool] = False
     switch: ClassVar[str] = ""
 

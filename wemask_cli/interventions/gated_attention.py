@@ -23,6 +23,7 @@ class GatedAttention(Intervention):
     seed: int = 0
 
     kind = "gated_attention"
+    title = "gated attention"
     has_parameters = True
     switch = "an elementwise 2·sigmoid gate on the attention output, before o_proj"
 

@@ -25,6 +25,7 @@ class GatedNorm(Intervention):
     seed: int = 0
 
     kind = "gated_norm"
+    title = "GatedNorm"
     has_parameters = True
 
     def __post_init__(self) -> None:

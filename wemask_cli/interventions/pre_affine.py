@@ -19,6 +19,7 @@ class PreAffine(Intervention):
     layers: str = flag("all", "0-based layers for PreAffine: all, a:b (b exclusive), a: (to the end) or :b")
 
     kind = "pre_affine"
+    title = "PreAffine"
     has_parameters = True
 
     def __post_init__(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from pathlib import Path
 
 from rich.table import Table
@@ -20,6 +21,8 @@ from .common import (
 )
 
 LABELS = ("setting", "r", "runs")
+MAX_POINTS = 30  # rows (setting and rate) a table shows; the rest are counted, and all are in --csv/--json
+LEGEND_CHARS = 48  # a legend entry wraps at this width, so the legend fits inside the figure
 
 
 def report_tables(rows: list[dict], width: int) -> list[Table]:
@@ -37,7 +40,8 @@ def report_table(merged: list[dict], what: str, width: int) -> Table:
     """A row per setting and mask rate with a column per metric, or, when that is wider than `width`, a row per
     metric; values are means over the runs at that point (± std across runs or seeds when there are several)."""
     runs = {run for row in merged for run in row["runs"]}
-    title = f"wemask report: {what}, {len(runs)} run(s); ± is the std across runs (or seeds) at that point"
+    lines = {row["line"] for row in merged}
+    title = f"wemask report: {what}, {len(runs)} run(s), {len(lines)} setting(s); ± is the std across seeds"
     metrics = list(dict.fromkeys(row["metric"] for row in merged))
     return fitting([lambda: _table(merged, title, metrics, True), lambda: _table(merged, title, metrics, False)], width)
 
@@ -54,20 +58,35 @@ def _table(merged: list[dict], title: str, metrics: list[str], wide: bool) -> Ta
         groups.setdefault((row["line"], row["mask_rate"]), {})[row["metric"]] = row
     order = sorted(groups, key=lambda k: (not k[0].startswith("plain"), k[0], -1 if k[1] is None else k[1]))
     short = short_names([run for key in order for row in groups[key].values() for run in row["runs"]])
-    for key in order:
+    for key in order[:MAX_POINTS]:
         first = next(iter(groups[key].values()))
-        labels = (key[0], "-" if key[1] is None else f"{key[1]:g}", ", ".join(short[run] for run in first["runs"]))
+        labels = (key[0], rate_label(first), runs_label([short[run] for run in first["runs"]]))
         if wide:
             table.add_row(*labels, *(cell(groups[key].get(metric)) for metric in metrics))
             continue
         for metric, row in groups[key].items():
             table.add_row(*labels, metric, cell(row))
             labels = ("", "", "")
+    if len(order) > MAX_POINTS:
+        table.caption = f"… and {len(order) - MAX_POINTS} more setting-and-rate rows: every row is in --csv / --json"
     return table
 
 
+def rate_label(point: dict) -> str:
+    """The mask rate of a point; r = 0 of a masked line is its plain baseline."""
+    if point["mask_rate"] is None:
+        return "-"
+    plain = point["mask_rate"] == 0 and point["mode"] == "plain" and not point["line"].startswith("plain")
+    return f"{point['mask_rate']:g}" + (" (plain)" if plain else "")
+
+
+def runs_label(names: list[str]) -> str:
+    """The runs of one point: all of them up to three, else the first and how many more."""
+    return ", ".join(names) if len(names) <= 3 else f"{names[0]} and {len(names) - 1} more"
+
+
 def cell(row: dict | None) -> str:
-    """'2.31', '2.31 ± 0.04' (several runs or seeds)."""
+    """'2.31', '2.31 ± 0.04' (several seeds)."""
     if row is None:
         return ""
     text = format_metric(row["metric"], row["value"])
@@ -93,17 +112,17 @@ def report_png(rows: list[dict], path: str | Path) -> Path:
 
 
 def report_figure(rows: list[dict]):
-    """A panel per stage and metric: value against mask rate, a line per setting (mean over runs that differ in
-    seed alone, error bars the std across them); a plain run (no mask) is a dashed baseline across the rates."""
+    """A panel per stage and metric: value against mask rate, a line per setting (mean over seeds, error bars the std
+    across them; see draw_panel), and below them one legend, its entries wrapped to fit inside the figure."""
     from ..commands.report import points
 
     plt = pyplot()
     merged = [row for row in points(rows) if row["mask_rate"] is not None]
     panels = list(dict.fromkeys((row["stage"], row["task"], row["metric"]) for row in merged)) or [("", "", "")]
-    cols = min(3, len(panels))
-    fig, axes = plt.subplots(math.ceil(len(panels) / cols), cols, figsize=(5.2 * cols, 3.9 * math.ceil(len(panels) / cols) + 1),
-                             squeeze=False, layout="constrained")  # fmt: skip
     colors = {line: f"C{i % 10}" for i, line in enumerate(dict.fromkeys(row["line"] for row in merged))}
+    cols, grid = min(3, len(panels)), math.ceil(len(panels) / min(3, len(panels)))
+    legend_in = 0.32 * math.ceil(len(colors) / cols) + 0.4  # two text lines per entry at most
+    fig, axes = plt.subplots(grid, cols, figsize=(5.2 * cols, 3.9 * grid + legend_in), squeeze=False, layout="constrained")
     for ax, panel in zip(axes.flat, panels):
         draw_panel(ax, [row for row in merged if (row["stage"], row["task"], row["metric"]) == panel], panel, colors)
     for ax in list(axes.flat)[len(panels):]:
@@ -113,13 +132,15 @@ def report_figure(rows: list[dict]):
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
     if handles:
-        fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=1 if len(handles) > 3 else len(handles), fontsize=8)
-    fig.suptitle("wemask report: mean over runs that differ only in seed; error bars: std across them", fontsize=11)
+        labels = [textwrap.fill(label, LEGEND_CHARS) for label in handles]
+        fig.legend(handles.values(), labels, loc="outside lower center", ncol=min(cols, len(handles)), fontsize=8)
+    fig.suptitle("wemask report: mean over seeds; error bars: std across seeds", fontsize=11)
     return fig
 
 
 def draw_panel(ax, rows: list[dict], panel: tuple, colors: dict) -> None:
-    """One metric of one stage: masked settings as lines with error bars, plain ones as dashed baselines."""
+    """One metric of one stage: a line per setting over the mask rate (its r = 0 point the plain baseline), error bars
+    the std across seeds; a plain setting with no masked rate of its own is a dashed baseline across the rates."""
     stage, task, metric = panel
     scale = 100.0 if metric and is_percent(metric) else 1.0
     values, errors = [], []
@@ -130,8 +151,8 @@ def draw_panel(ax, rows: list[dict], panel: tuple, colors: dict) -> None:
         err = [scale * (row["std"] if row.get("spread") else 0.0) for row in mine]
         values += y
         errors += err
-        label = f"{stage}{f' {task}' if task else ''} · {line}"
-        if line.split(" · ")[0] == "plain" and len(mine) == 1:
+        label = line
+        if all(row["mode"] == "plain" for row in mine) and len(mine) == 1:
             ax.axhline(y[0], color=colors[line], linestyle="--", linewidth=1.2, label=f"{label} (no mask)")
             if err[0]:
                 ax.axhspan(y[0] - err[0], y[0] + err[0], color=colors[line], alpha=0.12)

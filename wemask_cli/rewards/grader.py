@@ -152,7 +152,7 @@ def require_references(references, what: str = "the dataset") -> None:
     for index, reference in enumerate(references):
         if _missing(reference):
             raise WeMaskError(
-                f"{what} row {index + 1} has no reference answer in 'answer' ({reference!r}), which the math reward "
+                f"{what} row {index + 1} has no reference answer ({reference!r}), which the math reward "
                 "grades against: fill it in or drop the row"
             )
 
@@ -166,13 +166,14 @@ def grade_completions(completions, references) -> list[Grade]:
     return [grade_answer(extract_answer(completion_text(c)), ref) for c, ref in zip(completions, references)]
 
 
-def math_reward(completions, answer=None, log_metric=None, **kwargs) -> list[float]:
-    """1.0 for each completion whose final answer matches the reference in the ``answer`` column, else 0.0.
-
-    Under TRL, the number of unparseable answers in the batch is logged as `rewards/math_reward/unparseable`."""
+def math_reward(completions, answer=None, log_metric=None, solution=None, **kwargs) -> list[float]:
+    """1.0 for each completion whose final answer matches the reference in the ``answer`` column (or TRL's
+    ``solution``), else 0.0. Under TRL, the number of unparseable answers in the batch is logged as
+    `rewards/math_reward/unparseable`."""
+    answer = answer if answer is not None else solution
     if answer is None:
         raise WeMaskError(
-            "the math reward needs an 'answer' column in the dataset "
+            "the math reward needs an 'answer' (or TRL's 'solution') column in the dataset "
             "(GSM8K layout: question, answer ending in '#### N')"
         )
     grades = grade_completions(completions, answer)

@@ -16,6 +16,10 @@ from .extract import format_reward
 from .grader import math_reward
 
 BUILTIN_REWARDS: dict[str, Callable] = {"math": math_reward, "format": format_reward}
+# TRL's reward names (trl/scripts/grpo.py's registry, from trl.rewards), so `--reward_funcs accuracy_reward` runs as in
+# TRL; get_soft_overlong_punishment with the values TRL's script uses. The TRL ones read a `solution` column.
+TRL_REWARDS = {"accuracy_reward": None, "reasoning_accuracy_reward": None, "think_format_reward": None,
+               "get_soft_overlong_punishment": {"max_completion_len": 1280, "soft_punish_cache": 256}}  # fmt: skip
 
 
 _WEIGHT_RE = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$")  # digits only: 'nan' or 'inf' is a name
@@ -33,7 +37,7 @@ def parse_reward_spec(spec: str) -> tuple[str, float]:
         )
     if len(parts) == 1:
         return spec, 1.0
-    if len(parts) == 2 and parts[0] not in BUILTIN_REWARDS and not _WEIGHT_RE.match(parts[1].strip()):
+    if len(parts) == 2 and parts[0] not in (*BUILTIN_REWARDS, *TRL_REWARDS) and not _WEIGHT_RE.match(parts[1].strip()):
         return spec, 1.0
     target, raw_weight = ":".join(parts[:-1]), parts[-1]
     if not _WEIGHT_RE.match(raw_weight.strip()):
@@ -84,14 +88,37 @@ def _load_object(target: str):
     return getattr(module, name)
 
 
+def trl_reward(name: str) -> Callable:
+    """One of TRL's rewards by its name in TRL's GRPO script (TRL_REWARDS). They read conversational completions
+    only; plain-text prompts give plain-text completions, which are handed over as one assistant message each."""
+    from functools import wraps
+
+    import trl.rewards
+
+    func, factory_args = getattr(trl.rewards, name), TRL_REWARDS[name]
+    func = func(**factory_args) if factory_args is not None else func
+
+    @wraps(func)
+    def reward(completions, **kwargs):
+        as_messages = [[{"role": "assistant", "content": c}] if isinstance(c, str) else c for c in completions]
+        return func(as_messages, **kwargs)
+
+    return reward
+
+
 def load_reward(target: str) -> Callable:
-    """The reward function for a builtin name, ``file.py:function`` or ``module:function``, checked for TRL."""
+    """The reward function for a builtin name, one of TRL's, ``file.py:function``, ``module:function`` or TRL's dotted
+    ``module.function``, checked for TRL."""
     if target in BUILTIN_REWARDS:
         return BUILTIN_REWARDS[target]
+    if target in TRL_REWARDS:
+        return trl_reward(target)
+    if ":" not in target and "." in target and not target.endswith(".py"):
+        target = ":".join(target.rsplit(".", 1))  # TRL's 'my_lib.rewards.custom_reward'
     if ":" not in target:
         raise WeMaskError(
-            f"unknown reward '{target}': use a builtin ({', '.join(BUILTIN_REWARDS)}), "
-            "FILE.py:FUNCTION or MODULE:FUNCTION"
+            f"unknown reward '{target}': use a builtin ({', '.join(BUILTIN_REWARDS)}), one of TRL's "
+            f"({', '.join(TRL_REWARDS)}), FILE.py:FUNCTION or MODULE:FUNCTION"
         )
     func = _load_object(target)
     if not callable(func):
@@ -121,7 +148,7 @@ def load_rewards(specs: list[str]) -> tuple[list[Callable], list[float]]:
     for spec in specs:
         target, weight = parse_reward_spec(spec)
         func = load_reward(target)
-        funcs.append(func if target in BUILTIN_REWARDS else checked_reward(func, target, alone=len(specs) == 1))
+        funcs.append(func if target in BUILTIN_REWARDS or target in TRL_REWARDS else checked_reward(func, target, alone=len(specs) == 1))
         weights.append(weight)
     return funcs, weights
 

@@ -130,6 +130,18 @@ class FinishedAtResume(TrainerCallback):
         return control
 
 
+class LogLastStep(TrainerCallback):
+    """Under several processes, the trainer's `train_loss` averages the loss across processes only at its logging
+    steps and adds the steps since the last log from the main process alone, so it changed with --logging-steps.
+    Logging the last step too makes every step's loss the mean across processes: `train_loss` is then the same
+    whatever --logging-steps (one more log line at the end)."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if args.world_size > 1 and state.max_steps > 0 and state.global_step >= state.max_steps:
+            control.should_log = True
+        return control
+
+
 class Interrupt:
     """SIGINT/SIGTERM: finish the current step, save a checkpoint, stop. A second Ctrl-C aborts at once."""
 

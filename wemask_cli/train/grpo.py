@@ -51,8 +51,10 @@ STAGE = StageSpec(
     flags=(
         StageFlag(
             "reward", list,
-            "Reward NAME[:WEIGHT], repeatable (default math): math | format | path/to/file.py:function | "
-            "module:function, called as f(completions, **kwargs) -> a list of floats, with dataset columns as keywords.",
+            "Reward NAME[:WEIGHT], repeatable (default math; TRL's --reward_funcs A B works too): math | format | "
+            "TRL's accuracy_reward, reasoning_accuracy_reward, think_format_reward, get_soft_overlong_punishment | "
+            "path/to/file.py:function | module:function, called as f(completions, **kwargs) -> a list of floats, "
+            "with dataset columns as keywords.",
             default=list(DEFAULT_REWARDS), recipe_kinds=(str, list),
         ),
         StageFlag(
@@ -88,9 +90,9 @@ def reward_specs(value) -> list[str]:
     if value is None or value == [] or value == ():
         return list(DEFAULT_REWARDS)
     if isinstance(value, str):
-        return [value]
+        value = [value]
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-        return list(value)
+        return [spec for v in value for spec in v.split(",") if spec.strip()]  # TRL's lists arrive comma-joined
     raise WeMaskError(f"reward {value!r} is not valid: give names like math, format:0.5 or path/to/file.py:function")
 
 
@@ -176,13 +178,14 @@ def prepare_dataset(dataset, tokenizer, chat_template: bool | None, rewards: lis
         dataset = dataset.map(
             lambda row: {"prompt": [{"role": "user", "content": row["prompt"]}]}, keep_in_memory=True
         )
-    if any(func is math_reward for func in rewards) and "answer" not in dataset.column_names:
-        raise WeMaskError(
-            f"the math reward needs the reference answers in an 'answer' column; {what} has {sorted(dataset.column_names)}: "
-            "name yours with --dataset-columns answer=COLUMN, or choose another --reward"
-        )
     if any(func is math_reward for func in rewards):
-        require_references(dataset["answer"], what)
+        references = next((c for c in ("answer", "solution") if c in dataset.column_names), None)  # TRL's data: solution
+        if references is None:
+            raise WeMaskError(
+                f"the math reward needs the reference answers in an 'answer' (or 'solution') column; {what} has "
+                f"{sorted(dataset.column_names)}: name yours with --dataset-columns answer=COLUMN, or choose another --reward"
+            )
+        require_references(dataset[references], what)
     return dataset
 
 
@@ -194,8 +197,11 @@ class GRPOStage(Stage):
     spec = STAGE
 
     def __init__(self) -> None:
+        from ..engines.vllm.colocate import silence_trl_version_warning
+
         super().__init__()
         self.rewards: list = []  # loaded and checked by check(), before the model loads
+        silence_trl_version_warning()  # TRL warns at each of its vLLM checks, vLLM used or not: before TRL loads
 
     def check(self, resolved) -> None:
         """Runs after the configuration is resolved and before data or model load."""
@@ -244,7 +250,6 @@ def check_vllm(resolved, aware_mask: bool) -> None:
     """--use-vllm: what vLLM cannot run, in one line before any model loads."""
     import torch
 
-    from ..engines.vllm.colocate import silence_trl_version_warning
     from ..engines.vllm.support import check_folder_architecture, require_vllm
 
     args = resolved.args
@@ -257,7 +262,6 @@ def check_vllm(resolved, aware_mask: bool) -> None:
     if bits:
         raise WeMaskError(VLLM_QUANTIZED.format(bits=bits))
     require_vllm()
-    silence_trl_version_warning()  # before TRL's vLLM modules load
     if aware_mask and resolved.mask.rates is not None:
         from ..engines.vllm.mask import check_config
 

@@ -51,7 +51,7 @@ class TrainOptions:
     """wemask's own training options. None means 'not given on the command line' (then recipe, then default)."""
 
     model: str | None = option(help=MODEL_HELP, flags=("-m",))
-    output_dir: str | None = option(help="Where checkpoints and the trained model go.", flags=("-o",))
+    output_dir: str | None = option(help="Where checkpoints and the trained model go (default trainer_output, as in TRL).", flags=("-o",))
     config: str | None = field(default=None, metadata=flag_metadata(  # recipe YAML (command line only)
         "Recipe YAML: wemask and TRL keys (flags override it).", ("-c",), cli_only=True))  # fmt: skip
     dataset: str | None = option(help="Local .jsonl/.json/.parquet/.csv file or a hub dataset name.")
@@ -104,6 +104,8 @@ class TrainOptions:
         False, bool, "Replace an earlier wemask run in --output-dir (only the files wemask wrote; refused while others are there).", cli_only=True
     )
     resume: bool | None = option(False, bool, "Continue from the newest complete checkpoint in --output-dir.", cli_only=True)
+    datasets: list | None = field(default=None, metadata={"default": None, "kind": list})  # recipe only: TRL's mixture
+    test_split_size: float | None = field(default=None, metadata={"default": None, "kind": NUMBER})  # (data/mixture.py)
     stage_options: dict = field(default_factory=dict)  # a stage's own flags (e.g. dpo's ref_mask), None = not given
     intervention_options: dict = field(default_factory=dict)  # remedies' flags (interventions registry), None = not given
 
@@ -113,6 +115,7 @@ FLAG_FIELDS = [f for f in dataclasses.fields(TrainOptions) if "flag" in f.metada
 DEFAULTS: dict[str, Any] = {f.name: f.metadata["default"] for f in OPTION_FIELDS}
 KINDS: dict[str, Any] = {f.name: f.metadata["kind"] for f in OPTION_FIELDS}
 CLI_ONLY = tuple(f.name for f in FLAG_FIELDS if f.metadata["flag"]["cli_only"])  # never in a recipe
+RECIPE_ONLY = tuple(f.name for f in OPTION_FIELDS if "flag" not in f.metadata)  # no flag: TRL's `datasets:` mixture
 
 
 def given_options(options: TrainOptions) -> dict:
@@ -141,8 +144,13 @@ def check_options(opts: dict, stage_name: str, mask) -> None:
         quantization_config("4bit" if opts["load_in_4bit"] else "8bit", opts["bnb_4bit_quant_type"])  # now, not after loading
     if opts["overwrite"] and opts["resume"]:
         raise WeMaskError("--overwrite and --resume exclude each other: --resume continues the run, --overwrite deletes it")
-    if not opts.get("dataset"):
-        raise WeMaskError(f"wemask {stage_name}: give --dataset (a local .jsonl/.json/.parquet/.csv file or a hub name)")
+    if not opts.get("dataset") and not opts.get("datasets"):
+        raise WeMaskError(
+            f"wemask {stage_name}: give --dataset (a local .jsonl/.json/.parquet/.csv file or a hub name), or a `datasets:` "
+            "mixture in the --config recipe"
+        )
+    if opts.get("test_split_size") is not None and not opts.get("datasets"):
+        raise WeMaskError("test_split_size splits a `datasets:` mixture: add the mixture, or give --eval-dataset")
 
 
 def check_lora_numbers(opts: dict) -> None:

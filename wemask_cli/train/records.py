@@ -77,6 +77,11 @@ class RunRecord:
         return config
 
 
+def last_logged(trainer, key: str):
+    """The last value of `key` in the trainer's log history (None when never logged)."""
+    return next((entry[key] for entry in reversed(trainer.state.log_history) if key in entry), None)
+
+
 def loss_history(trainer) -> list[list[float]]:
     return [[entry["step"], entry["loss"]] for entry in trainer.state.log_history if "loss" in entry and "step" in entry]
 
@@ -124,7 +129,7 @@ def write_metrics(trainer, output, ctx, stage, config: WeMaskConfig, seconds: fl
         "epoch": trainer.state.epoch,
         "train_loss": whole_run_train_loss(trainer, summary, resumed_step),
         "final_loss": history[-1][1] if history else summary.get("train_loss"),  # no step logged: the run's mean
-        "eval_loss": eval_metrics.get("eval_loss"),
+        "eval_loss": eval_metrics.get("eval_loss", last_logged(trainer, "eval_loss")),  # TRL's own evaluations, else ours
         "runtime_s": round(seconds, 3),
         "train_samples_per_second": summary.get("train_samples_per_second"),
         "train_steps_per_second": summary.get("train_steps_per_second"),

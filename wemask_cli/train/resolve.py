@@ -13,6 +13,7 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..compat.argparse import parser_actions
@@ -32,6 +33,9 @@ class Resolved:
     provenance: dict  # {"wemask": {key: default|recipe|flag}, "trl": {...}}
     mask: Any  # masking.MaskRequest
     remedies: list  # the other interventions the flags and recipe ask for (interventions.configs_from_options)
+
+
+TRL_OUTPUT_DIR = "trainer_output"  # TRL's TrainingArguments.output_dir default
 
 
 class _ArgError(Exception):
@@ -184,13 +188,25 @@ def resolve_ours(stage, options: TrainOptions, recipe: Recipe, trl_fields: set) 
 
 def default_eval_data(resolved: dict, source: dict, eval_strategy) -> None:
     """As TRL's scripts do: without --eval-dataset, evaluate on a split of --dataset when --eval-split
-    (dataset_test_split) is given or evaluation is on (eval_strategy not 'no'; then the split defaults to 'test')."""
-    evaluating = getattr(eval_strategy, "value", eval_strategy) != "no"
-    if resolved["eval_dataset"] or (source["eval_split"] == "default" and not evaluating):
+    (dataset_test_split) is given or evaluation is on (eval_strategy not 'no'; then the split defaults to 'test').
+    A local file has no 'test' split (TRL's script stops on a KeyError there): one line, before anything loads."""
+    strategy = getattr(eval_strategy, "value", eval_strategy)
+    if resolved["eval_dataset"] or (source["eval_split"] == "default" and strategy == "no"):
+        return
+    if resolved.get("datasets"):  # a mixture's eval set is its test_split_size share
+        if strategy != "no" and resolved.get("test_split_size") is None:
+            raise WeMaskError(f"--eval-strategy {strategy} needs an eval set: add test_split_size to the `datasets:` recipe, or --eval-dataset")
         return
     resolved["eval_dataset"], source["eval_dataset"] = resolved["dataset"], "the --dataset (TRL's dataset_test_split)"
-    if source["eval_split"] == "default":
-        resolved["eval_split"], source["eval_split"] = "test", "TRL's dataset_test_split default"
+    if source["eval_split"] != "default":
+        return
+    resolved["eval_split"], source["eval_split"] = "test", "TRL's dataset_test_split default"
+    if resolved["dataset"] and Path(str(resolved["dataset"])).expanduser().is_file():
+        raise WeMaskError(
+            f"--eval-strategy {strategy} evaluates, as in TRL, on the 'test' split of --dataset (dataset_test_split), and "
+            f"{resolved['dataset']} is a local file with a single split: give --eval-dataset FILE, or --eval-split "
+            "'train[-50:]' (rows of the same file), or --eval-strategy no"
+        )
 
 
 def resolve(stage, options: TrainOptions, extra_args: list[str]) -> Resolved:
@@ -206,8 +222,8 @@ def resolve(stage, options: TrainOptions, extra_args: list[str]) -> Resolved:
     # output_dir is both a wemask option and a TRL field: --output-dir > --output_dir (TRL spelling) > recipe
     if "output_dir" in cli_trl and options.output_dir is None:
         resolved["output_dir"], source["output_dir"] = cli_trl["output_dir"], "flag"
-    if not resolved.get("output_dir"):
-        raise WeMaskError(f"wemask {stage.name}: give --output-dir DIR (or output_dir in the --config recipe)")
+    if not resolved.get("output_dir"):  # TRL's default; the folder is claimed as any other (never replaced unasked)
+        resolved["output_dir"], source["output_dir"] = TRL_OUTPUT_DIR, "TRL's default"
     trl_values = {**hardware_defaults(config_class), **stage.trl_defaults}
     trl_source = {key: "default" for key in trl_values}
     for key, value in recipe.values.items():

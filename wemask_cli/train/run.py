@@ -45,10 +45,19 @@ def load_inputs(stage: Stage, opts: dict, args):
     from ..models import load_model, resolve_source
 
     with args.main_process_first(desc="loading data"):
-        train_dataset, fmt = load_training_data(
-            stage.spec.data, opts["dataset"], split=opts["dataset_split"], config=opts["dataset_config"], columns=opts["dataset_columns"]
-        )
-        eval_dataset = None
+        if opts.get("datasets"):  # TRL's mixture (recipe key); test_split_size holds out its eval set
+            from ..data.mixture import load_mixture
+
+            if opts["dataset"]:
+                say("datasets: the recipe's mixture is read and --dataset is left out, as TRL's scripts do")
+            train_dataset, eval_dataset, fmt = load_mixture(stage.spec.data, opts["datasets"], opts["dataset_columns"],
+                                                            opts["test_split_size"], args.seed)  # fmt: skip
+            opts["dataset"] = " + ".join(str(entry["path"]) for entry in opts["datasets"])
+        else:
+            train_dataset, fmt = load_training_data(
+                stage.spec.data, opts["dataset"], split=opts["dataset_split"], config=opts["dataset_config"], columns=opts["dataset_columns"]
+            )
+            eval_dataset = None
         if opts["eval_dataset"]:
             eval_dataset, _ = load_training_data(
                 stage.spec.data, opts["eval_dataset"], split=opts["eval_split"], config=opts["dataset_config"],
@@ -226,13 +235,13 @@ def _eval_strategy(args) -> str:
 
 def run_callbacks(callbacks: list, args, interrupt, record, claim, divergence) -> list:
     """The trainer callbacks of a run: the caller's, FSDP's, then wemask's own (see callbacks.py, precision.py)."""
-    from .callbacks import CheckpointRecordCallback, FinishedAtResume, SaveOnInterrupt
+    from .callbacks import CheckpointRecordCallback, FinishedAtResume, LogLastStep, SaveOnInterrupt
     from .precision import PrecisionProbe
     from .steps import StepLines
 
     record.precision = PrecisionProbe()
     return [*callbacks, *fsdp.callbacks(args), record.precision, SaveOnInterrupt(interrupt), CheckpointRecordCallback(record, claim),
-            divergence, FinishedAtResume(), StepLines()]
+            divergence, FinishedAtResume(), LogLastStep(), StepLines()]
 
 
 def stopped_early(divergence, interrupt, output: Path) -> str | None:

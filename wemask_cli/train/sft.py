@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from ..data.formats import SUPERVISED
+from ..progress import say
 from .stage import Stage, TrainContext
-from .stages import StageSpec
+from .stages import StageFlag, StageSpec
 
 STAGE = StageSpec(
     "sft",
@@ -17,6 +18,15 @@ STAGE = StageSpec(
     "wemask_cli.train.sft:SFTStage",
     "SFTConfig",
     SUPERVISED,
+    flags=(
+        StageFlag(
+            "train_on_prompt", bool,
+            "Train on the prompts too (LLaMA-Factory's train_on_prompt). Default: the loss covers the responses only, "
+            "the assistant replies of conversations (TRL's assistant_only_loss) and the completions of prompt/completion "
+            "rows (TRL's completion_only_loss).",
+            default=False,
+        ),
+    ),
 )
 
 
@@ -26,6 +36,9 @@ class SFTStage(Stage):
     def build_trainer(self, ctx: TrainContext):
         from trl import SFTTrainer
 
+        from .chat_templates import configure_response_loss
+
+        say(f"sft: the loss covers {configure_response_loss(ctx)}")
         trainer = SFTTrainer(
             model=ctx.model,
             args=ctx.args,

@@ -15,8 +15,9 @@ ALIASES = {  # TRL's name -> wemask's option
     "dataset_train_split": "dataset_split",
     "dataset_test_split": "eval_split",
     "torch_dtype": "dtype",
+    "reward_funcs": "reward",  # GRPO's ScriptArguments
 }
-LIST_OPTIONS = ("lora_target_modules", "lora_modules_to_save")  # comma lists in wemask, space-separated in TRL
+LIST_OPTIONS = ("lora_target_modules", "lora_modules_to_save", "reward")  # comma lists in wemask, space-separated in TRL
 
 
 def canonical_key(key) -> str:
@@ -33,7 +34,7 @@ def alias_flags(option: str) -> tuple[str, ...]:
 def trl_spellings(args: list[str], own_flags: set[str]) -> list[str]:
     """Command-line tokens with TRL's habits translated: `--lora_r` -> `--lora-r` for wemask's own options (TRL's
     keep theirs: its parser takes both), and `--lora-target-modules q_proj v_proj` -> `... q_proj,v_proj`."""
-    lists = {f"--{name.replace('_', '-')}" for name in LIST_OPTIONS}
+    lists = {flag for name in LIST_OPTIONS for flag in (f"--{name.replace('_', '-')}", *alias_flags(name))}
     out: list[str] = []
     state = None  # "flag": a list flag waits for its first value; "values": later values join it
     for token in args:

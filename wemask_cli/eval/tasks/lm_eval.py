@@ -145,15 +145,18 @@ class LmEvalTask(Task):
         import lm_eval
         from lm_eval.models.huggingface import HFLM
 
+        from ...compat.lm_eval import quiet_git_hash
+
         s = self.settings
         if self.lm is None:
             self.lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=s.batch_size)
         chat = bool(s.chat_template)
-        out = lm_eval.simple_evaluate(
-            model=self.lm, tasks=self.names, task_manager=self.manager, limit=s.limit, num_fewshot=s.num_fewshot or None,
-            apply_chat_template=chat, fewshot_as_multiturn=chat, log_samples=True, fewshot_random_seed=s.fewshot_seed,
-            bootstrap_iters=1000,
-        )
+        with quiet_git_hash():
+            out = lm_eval.simple_evaluate(
+                model=self.lm, tasks=self.names, task_manager=self.manager, limit=s.limit, num_fewshot=s.num_fewshot or None,
+                apply_chat_template=chat, fewshot_as_multiturn=chat, log_samples=True, fewshot_random_seed=s.fewshot_seed,
+                bootstrap_iters=1000,
+            )
         advance(len(self.names))
         return scored_from(out, self)
 
