@@ -146,11 +146,13 @@ def trl_flags_known():
 
 
 def pytest_collection_modifyitems(items):
-    """Every test of a module that uses tests/vllm_support.py needs vLLM: mark it `vllm`, so that `make test` runs it
+    """Every test that calls tests/vllm_support.py's require_vllm (or whose module imports it) needs vLLM: mark it `vllm`, so that `make test` runs it
     in the "vllm" environment (and leaves it out of "current", which has no vLLM). The documentation tests are
     `docs`: the site is built once, in "current"."""
     for item in items:
-        if getattr(item.module, "require_vllm", None) is not None:
+        code = getattr(getattr(item, "function", None), "__code__", None)
+        calls_it = code is not None and "require_vllm" in (*code.co_names, *code.co_varnames)  # imported in the test
+        if calls_it or getattr(item.module, "require_vllm", None) is not None:
             item.add_marker(pytest.mark.vllm)
         if item.path.name == "test_docs.py":
             item.add_marker(pytest.mark.docs)

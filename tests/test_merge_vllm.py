@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_main
-from vllm_support import require_vllm, vllm_environment
+from vllm_support import require_vllm
 
 DATA = str(Path(__file__).resolve().parents[1] / "data" / "sft_chat.jsonl")
 
@@ -16,7 +16,6 @@ DATA = str(Path(__file__).resolve().parents[1] / "data" / "sft_chat.jsonl")
 @pytest.mark.embedded
 def test_merged_lora_run_loads_in_vllm(monkeypatch, capsys, tmp_path, embedded_dir):
     require_vllm()
-    vllm_environment()
     run, merged = tmp_path / "lora", tmp_path / "merged"
     code, _, err = run_main(monkeypatch, capsys, "sft", "--model", embedded_dir, "--dataset", DATA, "--use-peft", "--mask-rate", "0.3",
                             "--me-layer", "11", "--max-steps", "1", "--per-device-train-batch-size", "2", "--max-length", "64",
