@@ -51,10 +51,10 @@ class GatedAttention(Intervention):
                 width = getattr(o_proj, "in_features", None)
                 if width is None:
                     raise WeMaskError(f"layer {l}'s attention has no o_proj with in_features: gated attention needs one")
-                weight = parts[l].attn_norm.weight
-                self.check_fits(weight.shape[-1])
+                weight = o_proj.weight
+                self.check_fits(weight.shape[0])
                 seed = self.seed * 1_000_003 + l
-                gate = LowRankGate(weight.shape[-1], width, self.rank, swish=False, seed=seed, device=weight.device, dtype=weight.dtype)
+                gate = LowRankGate(weight.shape[0], width, self.rank, swish=False, seed=seed, device=weight.device, dtype=weight.dtype)
                 installed.add_module(str(l), parts[l].layer, "wemask_gated_attention", gate)
                 hook = AttentionOutputGate(gate, active)
                 installed.records.append(register_hook(attention, self.kind, l, hook.compute, pre=True, with_kwargs=True))

@@ -55,7 +55,7 @@ def zero3_gather(model):
     from ..method.arch import resolve_layers
     from .distributed import gathered
 
-    return gathered([parts.attn_norm.weight for parts in resolve_layers(model)])
+    return gathered([parts.mask_norm.weight for parts in resolve_layers(model) if parts.mask_norm is not None])
 
 
 def install_mask(model, config: WeMaskConfig, *, active: Callable[[], bool] | None = None):
@@ -95,7 +95,7 @@ def free_mode_dims(model, config: WeMaskConfig) -> WeMaskConfig:
 
     if not config.active or config.select == "activation":
         return config
-    weight = resolve_layers(model)[0].attn_norm.weight
+    weight = next(part.mask_norm.weight for part in resolve_layers(model) if part.mask_norm is not None)
     if weight.dim() != 1 or weight.numel() != getattr(base_model(model).config, "hidden_size", None):
         return config  # sharded (ZeRO-3, FSDP): keep the dims chosen at the start
     handle = apply_wemask(model, config.with_updates(dims=None))
