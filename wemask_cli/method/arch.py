@@ -128,7 +128,12 @@ class LayerParts:
 
     def ffn_scale(self) -> torch.Tensor | None:
         """w_eff of the pre-FFN norm (float32); None when the layer has none (post-norm)."""
-        return None if self.ffn_norm is None else effective_scale(self.ffn_norm, self.spec.norm_offset)
+        return self.scale_of("ffn_norm")
+
+    def scale_of(self, part: str) -> torch.Tensor | None:
+        """w_eff of the norm `part` (float32), None when the layer has none."""
+        module = getattr(self, part)
+        return None if module is None else effective_scale(module, self.spec.norm_offset)
 
     @property
     def experts(self) -> nn.Module | None:
