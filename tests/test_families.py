@@ -8,13 +8,14 @@ the commands on saved tiny models, and one training step per stage on an MoE mod
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import FAMILY_CONFIGS, MOE_FAMILIES, make_tiny_model, run_main
 
 from wemask_cli import WeMaskError
-from wemask_cli.interventions import install_all
+from wemask_cli.interventions import install_all, load_saved
 from wemask_cli.interventions.gated_norm import GatedNorm
 from wemask_cli.method import locate as method
 from wemask_cli.method.arch import ARCHITECTURES, resolve_layers, supported_families
@@ -220,3 +221,40 @@ def test_locate_refuses_nothing_on_post_norm_and_reports_what_it_cannot_measure(
     report = json.loads((tmp_path / "o.json").read_text())
     assert report["routing"] is None and all(r["delta_frac"] is None and r["delta_kl"] is None for r in report["layers"])
     assert all(r["delta_c_down"] is not None for r in report["layers"])
+
+
+@pytest.mark.parametrize("family", ["gpt_oss", "olmo2"])
+def test_eval_runs_with_the_mask(monkeypatch, capsys, tmp_path, family_dirs, family):
+    code, _, err = run_main(monkeypatch, capsys, "eval", "--model", family_dirs[family], "--task", "perplexity", "--limit",
+                            "2", "--mask-rate", "0,0.3", "--me-layer", "1", "--output", str(tmp_path / "e"))  # fmt: skip
+    assert code == 0, err
+
+
+# ---------------------------------------------------------------- one training step per stage on MoE models
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+STEP = ["--per-device-train-batch-size", "2", "--logging-steps", "1", "--max-steps", "1", "--learning-rate", "1e-3",
+        "--seed", "0", "--report-to", "none", "--save-strategy", "no", "--mask-rate", "0.3", "--me-layer", "1"]  # fmt: skip
+STAGES = [
+    ("sft", "qwen2_moe", ["--dataset", str(DATA / "sft_chat.jsonl"), "--max-length", "64", "--mode", "aware",
+                          "--gated-norm", "both", "--gated-norm-rank", "4"]),
+    ("dpo", "deepseek_v3", ["--dataset", str(DATA / "preferences.jsonl"), "--max-length", "64", "--mode", "free",
+                            "--use-peft", "--lora-r", "4", "--pre-affine", "ffn"]),
+    ("grpo", "gpt_oss", ["--dataset", str(DATA / "math_problems.jsonl"), "--mode", "aware", "--use-peft", "--lora-r",
+                         "4", "--reward", "math", "--num-generations", "2", "--max-completion-length", "4"]),
+    ("sft", "mixtral", ["--dataset", str(DATA / "sft_chat.jsonl"), "--max-length", "64", "--mode", "free",
+                        "--use-peft", "--lora-r", "4"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("stage, family, flags", STAGES, ids=[f"{s}-{f}" for s, f, _ in STAGES])
+def test_one_training_step_per_stage_on_moe_models(monkeypatch, capsys, tmp_path, family_dirs, stage, family, flags):
+    out = tmp_path / "run"
+    code, _, err = run_main(monkeypatch, capsys, stage, "--model", family_dirs[family], "-o", str(out), *STEP, *flags)
+    assert code == 0, err
+    saved = load_saved(out)
+    mode = flags[flags.index("--mode") + 1]
+    assert saved.wemask.mode == mode and sorted(saved.wemask.dims) == [1, 2, 3]
+    remedies = [c.kind for c in saved.remedies]
+    assert remedies == [kind for flag, kind in (("--gated-norm", "gated_norm"), ("--pre-affine", "pre_affine")) if flag in flags]
+    assert json.loads((out / "metrics.json").read_text())["global_step"] == 1

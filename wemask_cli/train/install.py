@@ -134,7 +134,7 @@ def lora_config(opts: dict, model):
         return None
     from trl import ModelConfig, get_peft_config
 
-    targets = module_names(opts["lora_target_modules"])
+    targets = module_names(opts["lora_target_modules"]) or default_lora_targets(model)
     if isinstance(targets, list):
         check_lora_targets(targets, model)
     to_save = module_names(opts["lora_modules_to_save"])
@@ -146,6 +146,27 @@ def lora_config(opts: dict, model):
         lora_task_type=opts["lora_task_type"], use_dora=bool(opts["use_dora"]), use_rslora=bool(opts["use_rslora"]),
     )
     return get_peft_config(settings)
+
+
+def default_lora_targets(model) -> list[str] | None:
+    """Without --lora-target-modules: PEFT's per-model choice (None: PEFT applies it; named for MoE models); for a
+    model type it has none for (most MoE families, OLMo-2, Cohere 2, Granite in PEFT 0.21), q_proj and v_proj as
+    PEFT picks for Llama-like decoders, or every linear layer of the attention when it has no such pair (DeepSeek's
+    MLA). Not 'all-linear': PEFT 0.21 then wraps the fused expert tensors too, which refuses LoRA dropout."""
+    import torch
+    from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_DEFAULTS
+
+    from ..method.arch import model_type, resolve_layers
+
+    parts = resolve_layers(model)
+    known = PEFT_DEFAULTS.get(model_type(model))
+    if known and all(part.experts is None for part in parts):
+        return None
+    if known:  # PEFT 0.21 finds no target itself in an MoE model (Mixtral) although it names them
+        return list(known)
+    attention = parts[0].attention
+    names = sorted({name.rsplit(".", 1)[-1] for name, m in attention.named_modules() if isinstance(m, torch.nn.Linear)})
+    return ["q_proj", "v_proj"] if {"q_proj", "v_proj"} <= set(names) else names
 
 
 def module_names(value) -> list[str] | str | None:
