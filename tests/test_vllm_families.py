@@ -41,7 +41,8 @@ def test_every_family_listed_is_covered_and_olmo2_is_refused_with_its_reason(tmp
 
 def saved_tiny(family: str, path, tokenizer) -> torch.nn.Module:
     """A tiny random model of `family` with peaked logits (a larger init: greedy choices are no near-ties)."""
-    model = make_tiny_model(family, initializer_range=0.2, **VLLM_SHAPE)
+    extra = {"topk_method": "noaux_tc"} if family == "deepseek_v3" else {}  # as DeepSeek-V3's own config.json says
+    model = make_tiny_model(family, initializer_range=0.2, **VLLM_SHAPE, **extra)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     assert json.loads((path / "config.json").read_text())["architectures"] == [VLLM_FAMILIES[family]]

@@ -38,6 +38,7 @@ class VllmLayout:
     attention: str = "self_attn"
     ffn_norm: str = "post_attention_layernorm"
     norm_offset: float = 0.0  # Gemma's GemmaRMSNorm scales by 1 + w
+    ffn: str = "mlp"
 
 
 PRE_NORM, GEMMA = VllmLayout(), VllmLayout(ffn_norm="pre_feedforward_layernorm", norm_offset=1.0)
@@ -46,7 +47,7 @@ VLLM_CLASSES = {
     "LlamaForCausalLM": PRE_NORM, "MistralForCausalLM": PRE_NORM, "Qwen2ForCausalLM": PRE_NORM,
     "Qwen3ForCausalLM": PRE_NORM, "GraniteForCausalLM": PRE_NORM, "Phi3ForCausalLM": PRE_NORM,
     "Gemma2ForCausalLM": GEMMA, "Gemma3ForCausalLM": GEMMA, "Qwen2MoeForCausalLM": PRE_NORM,
-    "Qwen3MoeForCausalLM": PRE_NORM, "MixtralForCausalLM": PRE_NORM, "GptOssForCausalLM": VllmLayout(attention="attn"),
+    "Qwen3MoeForCausalLM": PRE_NORM, "MixtralForCausalLM": VllmLayout(ffn="block_sparse_moe"), "GptOssForCausalLM": VllmLayout(attention="attn"),
     "DeepseekV3ForCausalLM": PRE_NORM, "CohereForCausalLM": VllmLayout(ffn_norm="input_layernorm"),
 }  # fmt: skip
 # a model folder's architecture (config.json) -> the vLLM class that runs it
@@ -95,7 +96,7 @@ def vllm_layer_parts(model: nn.Module) -> list[LayerParts]:
     for index, layer in enumerate(layers):
         modules = {role: getattr(layer, attr, None) for role, attr in
                    (("attention", layout.attention), ("attn_norm", "input_layernorm"),
-                    ("ffn_norm", layout.ffn_norm), ("ffn", "mlp"))}  # fmt: skip
+                    ("ffn_norm", layout.ffn_norm), ("ffn", layout.ffn))}  # fmt: skip
         if any(module is None for module in modules.values()):
             raise VllmEngineError(
                 f"layer {index} of the vLLM model {name} has no attention or norms here (pipeline parallel?): "
