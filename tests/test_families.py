@@ -258,3 +258,17 @@ def test_one_training_step_per_stage_on_moe_models(monkeypatch, capsys, tmp_path
     remedies = [c.kind for c in saved.remedies]
     assert remedies == [kind for flag, kind in (("--gated-norm", "gated_norm"), ("--pre-affine", "pre_affine")) if flag in flags]
     assert json.loads((out / "metrics.json").read_text())["global_step"] == 1
+
+
+@pytest.mark.parametrize("family", ["olmo2", "cohere2", "qwen2_moe"])
+def test_gated_attention_and_ffn_remedies_start_as_the_identity(family):
+    from wemask_cli.interventions.gated_attention import GatedAttention
+    from wemask_cli.interventions.pre_affine import PreAffine
+
+    model = make_tiny_model(family)
+    plain = logits(model)
+    remedies = [GatedAttention(rank=4), PreAffine(norms="both" if family != "olmo2" else "ffn")]
+    if family == "olmo2":  # no pre-FFN norm either: gated attention alone
+        remedies = remedies[:1]
+    installed = install_all(model, remedies)
+    assert torch.equal(logits(model), plain) and list(installed.parameters())
