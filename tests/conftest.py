@@ -34,6 +34,28 @@ ARCH_CONFIGS = {
     "gemma3_text": lambda: transformers.Gemma3TextConfig(**TINY, head_dim=16, sliding_window=8),
 }
 
+MOE = dict(num_experts_per_tok=2)
+IDS_IN_VOCAB = dict(bos_token_id=1, eos_token_id=0, pad_token_id=0)  # some families' defaults lie outside 300 tokens
+# Families beyond ARCH_CONFIGS: the MoE decoders, post-norm OLMo-2, parallel Cohere 2 and Granite. They run
+# through the shared spec's properties (tests/test_families.py and the `family` fixture), not every arch test.
+FAMILY_CONFIGS = {
+    "qwen2_moe": lambda: transformers.Qwen2MoeConfig(
+        **TINY, **MOE, num_experts=4, moe_intermediate_size=32, shared_expert_intermediate_size=64
+    ),
+    "qwen3_moe": lambda: transformers.Qwen3MoeConfig(**TINY, **MOE, num_experts=4, moe_intermediate_size=32, head_dim=16),
+    "mixtral": lambda: transformers.MixtralConfig(**TINY, **MOE, num_local_experts=4),
+    "gpt_oss": lambda: transformers.GptOssConfig(**TINY, **MOE, num_local_experts=4, head_dim=16, sliding_window=8),
+    "deepseek_v3": lambda: transformers.DeepseekV3Config(
+        **{**TINY, "num_key_value_heads": 4}, **MOE, n_routed_experts=4, moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1,
+        n_group=1, topk_group=1, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8,
+        v_head_dim=16,
+    ),  # fmt: skip
+    "olmo2": lambda: transformers.Olmo2Config(**TINY, **IDS_IN_VOCAB),
+    "cohere2": lambda: transformers.Cohere2Config(**TINY, **IDS_IN_VOCAB, sliding_window=8),
+    "granite": lambda: transformers.GraniteConfig(**TINY),
+}
+MOE_FAMILIES = ("deepseek_v3", "gpt_oss", "mixtral", "qwen2_moe", "qwen3_moe")
+
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -49,7 +71,7 @@ CORPUS = [
 
 def make_tiny_model(arch: str = "llama", seed: int = 0, **overrides) -> transformers.PreTrainedModel:
     torch.manual_seed(seed)
-    config = ARCH_CONFIGS[arch]()
+    config = {**ARCH_CONFIGS, **FAMILY_CONFIGS}[arch]()
     for key, value in overrides.items():
         setattr(config, key, value)
     return transformers.AutoModelForCausalLM.from_config(config).eval()
@@ -77,6 +99,12 @@ def make_tiny_tokenizer() -> transformers.PreTrainedTokenizerFast:
 
 @pytest.fixture(params=sorted(ARCH_CONFIGS))
 def arch(request) -> str:
+    return request.param
+
+
+@pytest.fixture(params=sorted(ARCH_CONFIGS) + sorted(FAMILY_CONFIGS))
+def family(request) -> str:
+    """Every family the adapter supports: for the shared spec's properties (SPEC section 3)."""
     return request.param
 
 

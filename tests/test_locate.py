@@ -296,18 +296,18 @@ def test_embedded_degenerate_prompts_do_not_break_detection(embedded):
 
 REPORT_KEYS = {"model", "model_type", "num_layers", "layer_indexing", "me_layer", "confidence", "agreement", "jump",
                "me_layer_metrics", "earlier_rises", "metric_peaks", "residual_sink_dims", "verdict", "settings",
-               "prompts", "layers", "mask_rates", "massive_tokens", "interventions"}  # fmt: skip
+               "prompts", "layers", "mask_rates", "massive_tokens", "interventions", "routing"}  # fmt: skip
 LAYER_KEYS = {"layer", "first_norm", "other_norm", "first_over_other", "step", "max_abs", "max_abs_prompt", "max_abs_token",
               "max_abs_dim", "norm_magnification", "delta_frac", "delta_kl", "delta_c_up", "delta_c_gate", "delta_c_down",
               "ffn_magnification", "ffn_share", "first_token_cosine", "sink_mass", "ffn_norm_weight_mean_abs",
-              "residual_sinks"}  # fmt: skip
+              "residual_sinks", "attn_share", "routed_share", "shared_share"}  # fmt: skip
 
 
 def check_png(path):
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 30_000
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-    assert (width, height) == (1870, 1100)  # 17 x 10 inches at 110 dpi: legends beside the panels
+    assert (width, height) == (1870, 1430)  # 17 x 13 inches at 110 dpi: legends beside the panels
 
 
 def test_cli_on_a_tiny_model_reports_no_me_layer(monkeypatch, capsys, tmp_path, tiny_model_dir):

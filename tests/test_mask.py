@@ -13,6 +13,7 @@ from wemask_cli.method.arch import resolve_layers
 from wemask_cli.method.mask import first_token_positions, masked_layers
 
 ME = 1
+UNPACKED = ("gpt_oss",)  # its eager attention with sinks ignores packed position ids, unmasked too
 IDS = torch.tensor([[5, 17, 42, 9, 33, 71, 8]])
 OTHER = torch.tensor([[11, 12, 99, 4]])
 
@@ -36,7 +37,8 @@ def capture_attention_inputs(model, before_wemask=False):
     return seen, handles
 
 
-def test_rate_zero_is_bitwise_identity_and_remove_restores(arch):
+def test_rate_zero_is_bitwise_identity_and_remove_restores(family):
+    arch = family
     model = make_tiny_model(arch)
     plain = logits(model, input_ids=IDS)
     with apply_wemask(model, WeMaskConfig(mask_rate=0.0, me_layer=ME)):
@@ -47,7 +49,8 @@ def test_rate_zero_is_bitwise_identity_and_remove_restores(arch):
     assert torch.equal(logits(model, input_ids=IDS), plain)
 
 
-def test_rate_one_zeroes_only_the_first_tokens_attention_input(arch):
+def test_rate_one_zeroes_only_the_first_tokens_attention_input(family):
+    arch = family
     model = make_tiny_model(arch)
     apply_wemask(model, WeMaskConfig(mask_rate=1.0, me_layer=ME))
     before, _ = capture_attention_inputs(model, before_wemask=True)
@@ -102,7 +105,8 @@ def padded_batch(side: str):
     return ids, mask, positions, pad
 
 
-def test_same_logits_alone_padded_and_packed(arch):
+def test_same_logits_alone_padded_and_packed(family):
+    arch = family
     model = make_tiny_model(arch)
     apply_wemask(model, WeMaskConfig(mask_rate=0.5, me_layer=ME))
     alone = logits(model, input_ids=IDS)[0]
@@ -123,6 +127,8 @@ def test_same_logits_alone_padded_and_packed(arch):
         # without position ids the real tokens sit at positions pad.. (rotary attention is shift-invariant)
         torch.testing.assert_close(out[1, pad:], other, atol=1e-5, rtol=0)
 
+    if arch in UNPACKED:  # transformers' own model mixes packed sequences (test_families checks that it still does)
+        return
     packed = torch.cat([IDS, OTHER], 1)
     packed_positions = torch.cat([torch.arange(IDS.shape[1]), torch.arange(OTHER.shape[1])])[None]
     out = logits(model, input_ids=packed, position_ids=packed_positions)[0]
@@ -142,7 +148,8 @@ def test_shifted_positions_alone_differ_from_unmasked_first_token():
         assert torch.count_nonzero(hidden[1, pad + 1]) > 0
 
 
-def test_cached_generation_equals_uncached(arch):
+def test_cached_generation_equals_uncached(family):
+    arch = family
     model = make_tiny_model(arch)
     apply_wemask(model, WeMaskConfig(mask_rate=0.7, me_layer=ME))
     ids, mask, _, pad = padded_batch("left")
@@ -317,8 +324,11 @@ def test_unsupported_architecture_names_what_is_missing():
         apply_wemask(gpt2, WeMaskConfig(mask_rate=0.3, me_layer=0))
     model = make_tiny_model("llama")
     del resolve_layers(model)[0].layer.input_layernorm
-    with pytest.raises(WeMaskError, match="layer 0 has no 'input_layernorm' \\(attn_norm\\)"):
+    with pytest.raises(WeMaskError, match="layer 0 has no norm whose weight selects WeMask's dims \\(input_layernorm\\), "
+                       "which WeMask's --select weight needs; WeMask supports .*olmo2 \\(post-norm\\)"):
         apply_wemask(model, WeMaskConfig(mask_rate=0.3, me_layer=0))
+    # only the feature that needs the norm refuses: random dims need none
+    assert apply_wemask(model, WeMaskConfig(mask_rate=0.3, me_layer=0, select="random")).hooked_layers == [0, 1, 2, 3]
 
 
 def test_gemma_adapter_uses_pre_feedforward_norm_and_one_plus_w():
@@ -392,6 +402,8 @@ def test_massive_same_logits_alone_padded_and_packed(arch):
             torch.testing.assert_close(out[0], alone, atol=1e-4, rtol=1e-4)
             real = slice(pad, None) if side == "left" else slice(0, OTHER.shape[1])
             torch.testing.assert_close(out[1, real], other, atol=1e-4, rtol=1e-4)
+    if arch in UNPACKED:  # transformers' own model mixes packed sequences (test_families checks that it still does)
+        return
     packed = torch.cat([IDS, OTHER], 1)
     packed_positions = torch.cat([torch.arange(IDS.shape[1]), torch.arange(OTHER.shape[1])])[None]
     out = logits(model, input_ids=packed, position_ids=packed_positions)[0]

@@ -103,8 +103,8 @@ def test_unverified_version_and_architecture_lines(tmp_path):
 
     assert version_warning("0.32.0") is None and version_warning("0.32.0+cpu") is None
     assert "vLLM 0.40.1 is not verified" in version_warning("0.40.1")
-    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Gemma2ForCausalLM"]}))
-    with pytest.raises(VllmEngineError, match="Gemma2ForCausalLM is not covered.*--engine transformers"):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
+    with pytest.raises(VllmEngineError, match="GPT2LMHeadModel is not covered.*--engine transformers"):
         check_folder_architecture(tmp_path)
 
 

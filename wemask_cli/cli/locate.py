@@ -39,7 +39,7 @@ def locate(
     from ..commands.locate import locate as run_locate_command
     from ..masking import parse_mask_rates
     from ..render.common import console, err_console
-    from ..render.locate import locate_plot, locate_table, mask_rates_table
+    from ..render.locate import locate_plot, locate_table, mask_rates_table, routing_table
 
     request = LocateRequest(
         model=model, prompts=prompts, dataset=dataset, text_field=text_field, num_prompts=num_prompts, max_length=max_length,
@@ -48,6 +48,8 @@ def locate(
     )
     report, written = run_locate_command(request, plot=locate_plot)
     console.print(locate_table(report, console.width))
+    if report.get("routing"):
+        console.print(routing_table(report))
     if report["mask_rates"]:
         console.print(mask_rates_table(report))
     elif request.mask_rates:

@@ -1,7 +1,9 @@
 """`wemask locate`: prompts in, ME-layer report out (the dict written by --json; keys documented in README).
 
 Report keys: model, model_type, num_layers, layer_indexing ("0-based"), me_layer (int or null), confidence
-(share of prompts agreeing), agreement ("16/16"), jump (step, first_over_other, ffn_share at the ME layer),
+(share of prompts agreeing), agreement ("16/16"), jump (step, first_over_other, ffn_share and writer at the ME
+layer: the branch writing most of the jump, attention / FFN or routed experts / shared expert, with each share),
+routing (MoE models: per MoE layer, the first token's experts and how concentrated they are; null otherwise),
 me_layer_metrics (that layer's record), earlier_rises, metric_peaks, residual_sink_dims, verdict, settings,
 prompts (one record per prompt: index, preview, tokens, first_token_is_bos, degenerate, me_layer), layers (one
 record per layer), mask_rates (one record per --mask-rate), massive_tokens (see massive.py; null without an ME
@@ -155,8 +157,10 @@ def run_locate(
         "confidence": detection.confidence,
         "agreement": f"{detection.agree}/{detection.total}",
         "jump": None if me is None else {
-            "step": detection.step, "first_over_other": detection.ratio, "ffn_share": detection.ffn_share
+            "step": detection.step, "first_over_other": detection.ratio, "ffn_share": detection.ffn_share,
+            "writer": detection.writer,
         },  # fmt: skip
+        "routing": routing(layers),
         "me_layer_metrics": None if me is None else layers[me],
         "earlier_rises": detection.earlier_rises,
         "metric_peaks": metric_peaks(layers),
@@ -188,6 +192,22 @@ def run_locate(
     return report
 
 
+def routing(layers: list[dict]) -> list[dict] | None:
+    """Per MoE layer, where the router sends the first token and how concentrated that is (None: no MoE layer)."""
+    found = [{"layer": r["layer"], **r["first_token_routing"]} for r in layers if "first_token_routing" in r]
+    return found or None
+
+
+def writer_words(jump: dict) -> str:
+    """'the FFN branch (97% of ...)', or the MoE branch that writes the most of it."""
+    writer = jump.get("writer") or {}
+    branch, shares = writer.get("branch"), writer.get("shares", {})
+    if branch in (None, "FFN"):
+        return f"the FFN branch ({jump['ffn_share']:.0%} of the first token's output norm)"
+    others = ", ".join(f"{name} {share:.0%}" for name, share in shares.items() if name != branch)
+    return f"the {branch} ({shares[branch]:.0%} of the first token's output norm; {others})"
+
+
 def verdict(report: dict) -> str:
     """One plain-language paragraph: the answer, why, how sure, and what else was seen."""
     me, agreement = report["me_layer"], report["agreement"]
@@ -206,9 +226,13 @@ def verdict(report: dict) -> str:
         f"Layer {me} (0-based, of {report['num_layers']}) is the ME layer: there the first token's hidden-state norm "
         f"jumps {jump['step']:.0f}x over {f'layer {me - 1}' if me else 'the embeddings'}"
         + (f" and reaches {jump['first_over_other']:.0f}x the other tokens' norm" if jump["first_over_other"] else "")
-        + f", written by the FFN branch ({jump['ffn_share']:.0%} of the first token's output norm), "
+        + f", written by {writer_words(jump)}, "
         f"and it stays up in the following layers. {agreement} prompts agree (confidence {report['confidence']:.2f})."
     )
+    routed = record.get("first_token_routing")
+    if routed and routed["modal_set"] is not None:
+        text += (f" There the router sends the first token to expert(s) {', '.join(map(str, routed['modal_set']))} "
+                 f"in {routed['modal_set_share']:.0%} of the prompts.")  # fmt: skip
     if report["earlier_rises"]:
         rises = ", ".join(f"{r['layer']} (x{r['step']:.1f})" for r in report["earlier_rises"])
         text += f" Smaller earlier rises at layer(s) {rises} are not the ME layer."

@@ -42,10 +42,18 @@ def check_rank_fits(rank: int, hidden_size: int, kind: str, flag: str) -> None:
 
 
 def norm_sites(model, layers: str, norms: str, kind: str):
-    """(layer index, layer parts, 'attn' | 'ffn', that norm module) for every norm a remedy acts on."""
+    """(layer index, layer parts, 'attn' | 'ffn', that norm module) for every norm a remedy acts on.
+
+    A layer without that norm (post-norm OLMo-2) refuses, naming it; in a parallel layout (Cohere 2) the
+    attention's and the FFN's norm are one module, acted on once.
+    """
     from ..method.arch import resolve_layers
 
     parts = resolve_layers(model)
     for l in layer_indices(layers, len(parts), kind):
+        seen = []
         for site in check_sites(norms, kind):
-            yield l, parts[l], site, parts[l].attn_norm if site == "attn" else parts[l].ffn_norm
+            norm = parts[l].need(f"{site}_norm", f"{kind} on the {site} norm")
+            if not any(norm is other for other in seen):
+                seen.append(norm)
+                yield l, parts[l], site, norm

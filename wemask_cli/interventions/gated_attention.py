@@ -52,10 +52,12 @@ class GatedAttention(Intervention):
                 width = getattr(o_proj, "in_features", None)
                 if width is None:
                     raise WeMaskError(f"layer {l}'s attention has no o_proj with in_features: gated attention needs one")
-                weight = parts[l].attn_norm.weight
-                self.check_fits(weight.shape[-1])
+                d = o_proj.out_features  # the attention's input width; a norm of the layer gives device and dtype
+                weight = next(n.weight for n in (parts[l].attn_norm, parts[l].post_attn_norm, parts[l].ffn_norm,
+                                                 parts[l].post_ffn_norm) if n is not None)  # fmt: skip
+                self.check_fits(d)
                 seed = self.seed * 1_000_003 + l
-                gate = LowRankGate(weight.shape[-1], width, self.rank, swish=False, seed=seed, device=weight.device, dtype=weight.dtype)
+                gate = LowRankGate(d, width, self.rank, swish=False, seed=seed, device=weight.device, dtype=weight.dtype)
                 installed.add_module(str(l), parts[l].layer, "wemask_gated_attention", gate)
                 hook = AttentionOutputGate(gate, active)
                 installed.records.append(register_hook(attention, self.kind, l, hook.compute, pre=True, with_kwargs=True))

@@ -10,9 +10,14 @@ Choices made here:
 - ΔKL: g is clamped at 1e-12, so a norm weight of exactly 0 gives a finite value.
 - ΔC: on the outputs of the up and down projections and on the gate after its activation, g = act(W_gate h),
   read from the FFN's activation module (`act_fn`, or Phi-3's `activation_fn` on the gate half of its fused
-  [gate | up] projection); NaN for an FFN without such a module.
+  [gate | up] projection); NaN for an FFN without such a module. An MoE block: see moe.py (the first token's
+  experts plus any shared expert).
+- ĥ is the FFN's input: the pre-FFN norm's output, or the residual stream itself in a post-norm layer
+  (OLMo-2), where ΔFrac and ΔKL, which need the pre-FFN norm's weight, are NaN.
 - FFN branch: what the FFN adds to the residual stream, i.e. the post-FFN norm's output when the layer has
-  one (Gemma), else the FFN's output. `ffn_share` = ||branch_0|| / ||layer output_0||.
+  one (Gemma, OLMo-2), else the FFN's output. `ffn_share` = ||branch_0|| / ||layer output_0||; likewise
+  `attn_share` (after the post-attention norm where there is one), and for an MoE block `routed_share` (the
+  routed experts' weighted sum) and `shared_share` (the rest of the block's output: the gated shared expert).
 - Attention-sink mass: the model runs with eager attention while measuring (restored afterwards); a hook
   reduces each layer's attention weights to one number per prompt (mean over heads and over queries after
   the first token of the weight on the first token) and drops them. Exact, and eager costs about what
@@ -26,12 +31,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from .arch import LayerParts, base_model, resolve_layers
+from .arch import LayerParts, base_model, hidden_size, resolve_layers
 from .batch import pad, positions_of
 from .metrics import (
     Tokens,
@@ -46,12 +51,14 @@ from .metrics import (
     sink_hits,
     sink_mass,
 )
+from .moe import chosen_outputs, experts_call
 
 FRAC_SHARE = 0.01
 
 PER_PROMPT = (
     "first_norm", "other_norm", "max_abs", "max_token", "max_dim", "norm_magnification", "delta_frac", "delta_kl",
     "delta_c_up", "delta_c_gate", "delta_c_down", "ffn_magnification", "ffn_share", "sink_mass",
+    "attn_share", "routed_share", "shared_share",
 )  # fmt: skip
 ACTIVATIONS = ("act_fn", "activation_fn")  # the FFN's act() module: Llama, Qwen, Mistral, Gemma; Phi-3
 
@@ -68,6 +75,7 @@ class PromptStats:
     sink_count: torch.Tensor  # (L, d) non-first tokens with |h_i| >= SINK_RMS x RMS(h)
     sink_scale: torch.Tensor  # (L, d) sum over non-first tokens of |h_i| / RMS(h)
     other_tokens: int = 0
+    first_experts: dict[int, torch.Tensor] = field(default_factory=dict)  # MoE layer -> (N, k) first token's experts
 
     @classmethod
     def empty(cls, prompts: int, layers: int, d: int) -> PromptStats:
@@ -89,34 +97,53 @@ class Recorder:
         self.parts = parts
         self.stats = stats
         self.ffn_w = [part.ffn_scale() for part in parts]
-        k = max(1, math.ceil(frac_share * self.ffn_w[0].numel()))
-        self.frac_dims = [torch.topk(w.abs(), k).indices for w in self.ffn_w]
+        k = max(1, math.ceil(frac_share * hidden_size(parts)))
+        self.frac_dims = [None if w is None else torch.topk(w.abs(), k).indices for w in self.ffn_w]
         self.rows: torch.Tensor | None = None
         self.tokens: Tokens | None = None
         self.normed: dict[int, torch.Tensor] = {}  # within one forward: ||ĥ_t|| per layer
         self.branch: dict[int, torch.Tensor] = {}  # within one forward: ||branch_t|| per layer
+        self.branches: dict[tuple[int, str], torch.Tensor] = {}  # within one forward: attn/routed/shared norms
+        self.routed: dict[int, torch.Tensor] = {}  # within one forward: an MoE block's routed output, shared ones
 
     @contextmanager
     def installed(self) -> Iterator[Recorder]:
         handles = [self.parts[0].layer.register_forward_pre_hook(self.on_input, with_kwargs=True)]
         for part in self.parts:
-            l = part.index
-            handles.append(part.attention.register_forward_hook(lambda _m, _i, out, l=l: self.on_attention(l, out)))
-            handles.append(part.ffn_norm.register_forward_hook(lambda _m, i, out, l=l: self.on_ffn_norm(l, i[0], out)))
-            measured = {role: m for role, m in part.ffn_projections().items() if role != "gate"}
-            activation = ffn_activation(part.ffn)
-            if activation is not None:  # the gate is measured after its activation
-                measured["gate"] = activation
-            for role, module in measured.items():
-                handles.append(module.register_forward_hook(lambda _m, _i, out, l=l, r=role: self.on_projection(l, r, out)))
-            branch = part.post_ffn_norm if part.post_ffn_norm is not None else part.ffn
-            handles.append(branch.register_forward_hook(lambda _m, _i, out, l=l: self.on_branch(l, out)))
-            handles.append(part.layer.register_forward_hook(lambda _m, _i, out, l=l: self.on_output(l, out)))
+            handles.extend(self.layer_hooks(part))
         try:
             yield self
         finally:
             for handle in handles:
                 handle.remove()
+
+    def layer_hooks(self, part: LayerParts) -> list:
+        """The forward hooks that reduce one layer's tensors (its norms, branches and FFN projections)."""
+        l = part.index
+        handles = [part.attention.register_forward_hook(lambda _m, _i, out: self.on_attention(l, out))]
+        if part.post_attn_norm is not None:
+            handles.append(part.post_attn_norm.register_forward_hook(lambda _m, _i, out: self.keep(l, "attn", out)))
+        if part.ffn_norm is not None:
+            handles.append(part.ffn_norm.register_forward_hook(lambda _m, i, out: self.on_ffn_norm(l, i[0], out)))
+        else:  # post-norm: the FFN reads the residual stream itself
+            handles.append(part.ffn.register_forward_pre_hook(lambda _m, i: self.on_ffn_norm(l, i[0], i[0])))
+        measured = {role: m for role, m in part.ffn_projections().items() if role != "gate"}
+        activation = ffn_activation(part.ffn)
+        if activation is not None:  # the gate is measured after its activation
+            measured["gate"] = activation
+        for role, module in measured.items():
+            handles.append(module.register_forward_hook(lambda _m, _i, out, r=role: self.on_projection(l, r, out)))
+        if part.experts is not None:
+            handles.append(part.experts.register_forward_hook(
+                lambda _m, args, kwargs, out: self.on_experts(part, args, kwargs, out), with_kwargs=True))  # fmt: skip
+        branch = part.post_ffn_norm if part.post_ffn_norm is not None else part.ffn
+        handles.append(branch.register_forward_hook(lambda _m, _i, out: self.on_branch(l, out)))
+        handles.append(part.layer.register_forward_hook(lambda _m, _i, out: self.on_output(l, out)))
+        return handles
+
+    def keep(self, l: int, branch: str, out) -> None:
+        """Hold a branch's per-token norms until the layer's output is known."""
+        self.branches[l, branch] = (out[0] if isinstance(out, tuple) else out).float().norm(dim=-1)
 
     def put(self, name: str, layer: int, values: torch.Tensor) -> None:
         self.stats.values[name][self.rows, layer] = values.detach().double().cpu()
@@ -126,6 +153,8 @@ class Recorder:
         self.stats.input_first_norm[self.rows] = first_value(h.norm(dim=-1), self.tokens).double().cpu()
 
     def on_attention(self, l: int, out) -> None:
+        if self.parts[l].post_attn_norm is None:
+            self.keep(l, "attn", out)
         weights = out[1] if isinstance(out, tuple) and len(out) > 1 else None
         if isinstance(weights, torch.Tensor) and weights.dim() == 4:
             self.put("sink_mass", l, sink_mass(weights.float(), self.tokens))
@@ -135,8 +164,9 @@ class Recorder:
         norms = h.norm(dim=-1)
         self.normed[l] = norms
         self.put("norm_magnification", l, first_over_rest(norms, self.tokens))
-        self.put("delta_frac", l, first_minus_rest(frac_in_dims(h, self.frac_dims[l].to(h.device)), self.tokens))
-        self.put("delta_kl", l, first_minus_rest(kl_to_scale(h, self.ffn_w[l].to(h.device)), self.tokens))
+        if self.ffn_w[l] is not None:
+            self.put("delta_frac", l, first_minus_rest(frac_in_dims(h, self.frac_dims[l].to(h.device)), self.tokens))
+            self.put("delta_kl", l, first_minus_rest(kl_to_scale(h, self.ffn_w[l].to(h.device)), self.tokens))
         count, scale = sink_hits(residual, self.tokens.rest)
         self.stats.sink_count[l] += count.double().cpu()
         self.stats.sink_scale[l] += scale.double().cpu()
@@ -149,9 +179,30 @@ class Recorder:
             role, out = "up", out.chunk(2, dim=-1)[1]
         self.put(f"delta_c_{role}", l, first_minus_rest(concentration(out.float()), self.tokens))
 
+    def on_experts(self, part: LayerParts, args: tuple, kwargs: dict, out: torch.Tensor) -> None:
+        """An MoE block's routed experts: the first token's choice, ΔC on its experts (moe.py), the routed norms."""
+        hidden, index = experts_call(args, kwargs)
+        rows, length = self.tokens.real.shape
+        hidden, index = hidden.view(rows, length, -1), index.view(rows, length, -1)
+        chosen = first_value(index, self.tokens)
+        self.stats.first_experts.setdefault(
+            part.index, torch.full((len(self.stats.lengths), chosen.shape[-1]), -1, dtype=torch.long)
+        )[self.rows] = chosen.cpu()
+        routed = out.float().view(rows, length, -1)
+        self.branches[part.index, "routed"] = routed.norm(dim=-1)
+        if part.shared_experts is not None and part.post_ffn_norm is None:
+            self.routed[part.index] = routed  # the block's output less this is the shared expert's
+        outputs = [chosen_outputs(part.experts, part.shared_experts, hidden[b], chosen[b]) for b in range(rows)]
+        for role in set.intersection(*(set(o) for o in outputs)):
+            values = torch.stack([concentration(o[role].float()) for o in outputs])
+            self.put(f"delta_c_{role}", part.index, first_minus_rest(values, self.tokens))
+
     def on_branch(self, l: int, out) -> None:
-        norms = (out[0] if isinstance(out, tuple) else out).float().norm(dim=-1)
+        out = (out[0] if isinstance(out, tuple) else out).float()
+        norms = out.norm(dim=-1)
         self.branch[l] = norms
+        if l in self.routed:
+            self.branches[l, "shared"] = (out - self.routed.pop(l)).norm(dim=-1)
         self.put("ffn_magnification", l, first_over_rest(norms / self.normed[l], self.tokens))
 
     def on_output(self, l: int, out) -> None:
@@ -161,6 +212,10 @@ class Recorder:
         self.put("first_norm", l, first)
         self.put("other_norm", l, rest_mean(norms, self.tokens))
         self.put("ffn_share", l, first_value(self.branch[l], self.tokens) / first)
+        self.put("attn_share", l, first_value(self.branches[l, "attn"], self.tokens) / first)
+        for branch in ("routed", "shared"):
+            if (l, branch) in self.branches:
+                self.put(f"{branch}_share", l, first_value(self.branches[l, branch], self.tokens) / first)
         value, token, dim = largest_activation(h, self.tokens)
         self.put("max_abs", l, value)
         self.put("max_token", l, token)
@@ -215,7 +270,7 @@ def collect_stats(
 ) -> PromptStats:
     """Stream the prompts (lists of token ids, each non-empty) through the decoder; return their statistics."""
     parts = resolve_layers(model)
-    stats = PromptStats.empty(len(token_ids), len(parts), parts[0].ffn_scale().numel())
+    stats = PromptStats.empty(len(token_ids), len(parts), hidden_size(parts))
     stats.lengths = torch.tensor([len(ids) for ids in token_ids])
     stats.degenerate = torch.tensor([is_degenerate(ids) for ids in token_ids], dtype=torch.bool)
     decoder = base_model(model).get_decoder()
@@ -230,6 +285,7 @@ def collect_stats(
             decoder(input_ids=ids, attention_mask=mask, position_ids=positions_of(mask), use_cache=False)
             recorder.normed.clear()
             recorder.branch.clear()
+            recorder.branches.clear()
             if progress is not None:
                 progress(len(rows))
     return stats

@@ -39,6 +39,7 @@ from .metrics import (
     sink_hits,
     sink_mass,
 )
+from .moe import jump_writer, routing_summary
 
 # Re-exported for callers of `method.locate` (commands, locate_cache, tests, bench) besides what is defined here.
 __all__ = [
@@ -55,6 +56,7 @@ FFN_SHARE = 0.5  # the FFN branch must carry at least this share of the first to
 RISE = 2.0  # an earlier rise: the first token grows >= 2x over the previous layer and is >= 2x the others
 RELATIVE = {"other_norm", "norm_magnification", "delta_frac", "delta_kl", "delta_c_up", "delta_c_gate",
             "delta_c_down", "ffn_magnification", "sink_mass"}  # fmt: skip
+SHARES = ("attn_share", "ffn_share", "routed_share", "shared_share")
 
 
 # ---------------------------------------------------------------- detection (SPEC section 2, Decision)
@@ -104,6 +106,7 @@ class Detection:
     step: float | None = None  # median over the agreeing prompts: first-token norm / previous layer's
     ratio: float | None = None  # median over the agreeing non-degenerate prompts: first-token norm / other tokens' mean
     ffn_share: float | None = None  # median over the agreeing prompts: ||FFN branch_0|| / ||output_0||
+    writer: dict | None = None  # the branch that writes the jump (moe.jump_writer) and each branch's share
     earlier_rises: list[dict] = field(default_factory=list)
 
     @property
@@ -143,6 +146,7 @@ def detect(stats: PromptStats) -> Detection:
         detection.step = float(all_steps[agreeing, layer].median())
         detection.ratio = plain(nanmedian(ratios[agreeing & valid])[layer])  # None when only degenerate prompts agree
         detection.ffn_share = float(stats.values["ffn_share"][agreeing, layer].median())
+        detection.writer = jump_writer({key: plain(nanmedian(stats.values[key][agreeing])[layer]) for key in SHARES})
     return detection
 
 
@@ -162,14 +166,14 @@ def residual_sinks(stats: PromptStats, parts: Sequence[LayerParts], layer: int) 
         return []
     share = stats.sink_count[layer] / stats.other_tokens
     dims = torch.nonzero(share >= SINK_SHARE).flatten().tolist()
-    ffn_w, attn_w = parts[layer].ffn_scale(), parts[layer].attn_scale()
+    ffn_w, attn_w = parts[layer].ffn_scale(), parts[layer].scale_of("attn_norm")
     sinks = [
         {
             "dim": d,
             "token_share": float(share[d]),
             "mean_abs_over_rms": float(stats.sink_scale[layer, d] / stats.other_tokens),
-            "ffn_norm_weight": float(ffn_w[d]),
-            "attn_norm_weight": float(attn_w[d]),
+            "ffn_norm_weight": None if ffn_w is None else float(ffn_w[d]),
+            "attn_norm_weight": None if attn_w is None else float(attn_w[d]),
         }
         for d in dims
     ]
@@ -200,11 +204,13 @@ def layer_records(stats: PromptStats, parts: Sequence[LayerParts]) -> list[dict]
         record["max_abs_token"] = int(stats.values["max_token"][at, l])
         record["max_abs_dim"] = int(stats.values["max_dim"][at, l])
         for name in ("norm_magnification", "delta_frac", "delta_kl", "delta_c_up", "delta_c_gate", "delta_c_down",
-                     "ffn_magnification", "ffn_share", "sink_mass"):  # fmt: skip
+                     "ffn_magnification", "ffn_share", "sink_mass", "attn_share", "routed_share", "shared_share"):  # fmt: skip
             record[name] = medians[name][l]
         record["first_token_cosine"] = cosine[l]
-        record["ffn_norm_weight_mean_abs"] = ffn_w.abs().mean()
+        record["ffn_norm_weight_mean_abs"] = None if ffn_w is None else ffn_w.abs().mean()
         record["residual_sinks"] = residual_sinks(stats, parts, l)
+        if l in stats.first_experts:
+            record["first_token_routing"] = routing_summary(stats.first_experts[l], ~stats.degenerate)
         records.append({key: plain(value) for key, value in record.items()})
     return records
 

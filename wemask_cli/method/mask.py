@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from .arch import LayerParts, resolve_layers
+from .arch import LayerParts, hidden_size, resolve_layers
 from .config import WeMaskConfig, WeMaskConfigError
 from .hooks import OwnedHook, owned_hooks, register_hook, remove_owned
 from .tokens import first_token_positions, massive_token_positions
@@ -131,7 +131,7 @@ def select_dims(
     model: nn.Module,
 ) -> dict[int, list[int]]:
     """The k dims to mask per layer, chosen once: by |w_eff| (the method), first-token activation, or seeded random."""
-    d = parts[0].attn_scale().numel()
+    d = hidden_size(parts)
     k = config.num_dims(d)
     if config.select == "weight":
         return {l: torch.topk(parts[l].attn_scale().abs(), k).indices.tolist() for l in layers}
@@ -149,7 +149,7 @@ def select_dims(
 def first_token_attention_inputs(
     model: nn.Module, parts: Sequence[LayerParts], layers: Sequence[int], input_ids: torch.Tensor | None
 ) -> dict[int, torch.Tensor]:
-    """The first token's normed attention input at each layer, from one calibration forward."""
+    """The first token's attention input (normed, in pre-norm layouts) at each layer, from one calibration forward."""
     if input_ids is None:
         config = getattr(model, "config", None)
         start = getattr(config, "bos_token_id", None) or getattr(config, "eos_token_id", None) or 0
@@ -157,10 +157,13 @@ def first_token_attention_inputs(
         input_ids = torch.tensor([[int(start), *range(100, 116)]])
     device = next(model.parameters()).device
     captured: dict[int, torch.Tensor] = {}
+
+    def capture(l: int, args: tuple, kwargs: dict) -> None:
+        hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+        captured[l] = hidden[0, 0].detach().float().cpu()
+
     handles = [
-        parts[l].attn_norm.register_forward_hook(
-            lambda _m, _i, out, l=l: captured.__setitem__(l, out[0, 0].detach().float().cpu())
-        )
+        parts[l].attention.register_forward_pre_hook(lambda _m, a, kw, l=l: capture(l, a, kw), with_kwargs=True)
         for l in layers
     ]
     try:
@@ -190,17 +193,17 @@ def apply_wemask(
         return WeMaskHandle(model, config.with_updates(dims=None), [])
     layers = config.layer_indices(len(parts))
     resolved = config.with_updates(dims=resolve_dims(config, parts, layers, calibration_input_ids, model))
-    d = parts[0].attn_scale().numel()
+    d = hidden_size(parts)
     records = []
     for l in layers:
-        weight = parts[l].attn_norm.weight
+        device = next(parts[l].attention.parameters()).device
         index = torch.tensor(resolved.dims[l], dtype=torch.long)
         keep = torch.ones(d, dtype=torch.float32)
         keep[index] = 1.0 - float(config.strength)
         if config.tokens == "massive":
             chooser = MassiveTokenChooser(l, active)
             records.append(register_hook(parts[l].layer, KIND, l, chooser, pre=True, with_kwargs=True))
-        hook = AttentionInputMask(l, index, keep.to(weight.device), active)
+        hook = AttentionInputMask(l, index, keep.to(device), active)
         # prepended: other interventions' attention pre-hooks (gated attention) see the masked input, whatever
         # the order they were installed in
         records.append(register_hook(parts[l].attention, KIND, l, hook, pre=True, with_kwargs=True, prepend=True))
@@ -219,7 +222,7 @@ def resolve_dims(
     if dims is None:
         dims = select_dims(config, parts, layers, calibration_input_ids, model)
     else:
-        check_recorded_dims(config, layers, parts[0].attn_scale().numel())
+        check_recorded_dims(config, layers, hidden_size(parts))
     return {l: sorted(dims[l]) for l in layers}
 
 

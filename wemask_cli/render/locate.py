@@ -17,6 +17,7 @@ LOCATE_COLUMNS = (  # (header, formatter, shown on narrow terminals)
     ("ratio", lambda r, _: compact(r["first_over_other"]), True),
     ("step", lambda r, _: compact(r["step"]), True),
     ("share", lambda r, _: num(r["ffn_share"], ".2f"), True),
+    ("attn", lambda r, _: num(r.get("attn_share"), ".2f"), False),
     ("FFN×", lambda r, _: compact(r["ffn_magnification"]), True),
     ("ΔFrac", lambda r, _: num(r["delta_frac"], ".2f"), False),
     ("ΔKL", lambda r, _: num(r["delta_kl"], ".2f"), True),
@@ -48,7 +49,7 @@ def locate_table(report: dict, width: int = 200):
 
 CAPTION = (
     "‖h₀‖, ‖hₜ‖: first / other tokens' output norm; ratio = ‖h₀‖/‖hₜ‖; step: ‖h₀‖ over the previous layer's; "
-    "share: FFN branch / ‖h₀‖; FFN×: branch magnification, first vs others; ΔFrac, ΔKL at the pre-FFN norm; "
+    "share, attn: FFN / attention branch over ‖h₀‖; FFN×: branch magnification, first vs others; ΔFrac, ΔKL at the pre-FFN norm; "
     "ΔC↓ after down (up, gate: --json/--plot); cos: first token across prompts; sink: attention on the first token; "
     "max|h| at token:dim (token 0 = first real token)"
 )
@@ -61,6 +62,23 @@ def _layer_table(report: dict, columns: list, title: str, caption: str | None, m
     for r in report["layers"]:
         style = "bold black on green" if r["layer"] == me else ("yellow" if r["layer"] in rises else None)
         table.add_row(*(cell(r, me) for _, cell, _ in columns), style=style)
+    return table
+
+
+def routing_table(report: dict) -> Table:
+    """MoE models: per MoE layer, the experts the router sends the first token to, and across how many prompts."""
+    table = Table(title="First-token routing (MoE layers, 0-based; share of prompts)", box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("layer", "most common expert set", "its share", "experts (share)", "routed", "shared"):
+        table.add_column(name, justify="right")
+    rows = {r["layer"]: r for r in report["layers"]}
+    for entry in report["routing"]:
+        record = rows[entry["layer"]]
+        experts = " ".join(f"{e['expert']}({e['share']:.0%})" for e in entry["experts"][:4])
+        table.add_row(
+            f"{entry['layer']}{' ME' if entry['layer'] == report['me_layer'] else ''}",
+            ",".join(map(str, entry["modal_set"] or [])) or "-", num(entry["modal_set_share"], ".0%"), experts,
+            num(record.get("routed_share"), ".2f"), num(record.get("shared_share"), ".2f"),
+        )  # fmt: skip
     return table
 
 
@@ -91,11 +109,11 @@ def locate_figure(report: dict):
     layers = [r["layer"] for r in report["layers"]]
 
     def series(key: str) -> list[float]:
-        return [float("nan") if r[key] is None else r[key] for r in report["layers"]]
+        return [float("nan") if r.get(key) is None else r[key] for r in report["layers"]]
 
     me = report["me_layer"]
-    fig = Figure(figsize=(17, 10), layout="constrained")
-    axes = fig.subplots(3, 2, sharex=True).flatten()
+    fig = Figure(figsize=(17, 13), layout="constrained")
+    axes = fig.subplots(4, 2, sharex=True).flatten()
     title = f"{model_label(report['model'])} ({report['model_type']}): "
     title += "no ME layer found" if me is None else f"ME layer {me} (0-based), {report['agreement']} prompts agree"
     fig.suptitle(title, fontsize=14)
@@ -108,6 +126,9 @@ def locate_figure(report: dict):
         ("FFN branch: magnification first vs others (log)", [("ffn_magnification", "FFN×"), ("norm_magnification", "pre-FFN norm×")], True),
         ("Attention sink mass and first-token cosine across prompts",
          [("sink_mass", "sink mass (attention on first token)"), ("first_token_cosine", "cos(h₀) across prompts")], False),
+        ("Who writes the first token's output: branch norm / ‖h₀‖",
+         [("attn_share", "attention"), ("ffn_share", "FFN (whole block)"), ("routed_share", "routed experts"),
+          ("shared_share", "shared expert")], False),
     ]  # fmt: skip
     for ax, (name, keys, log) in zip(axes, panels):
         for key, label in keys:
@@ -135,6 +156,28 @@ def locate_figure(report: dict):
         ax.legend(bbox_to_anchor=(1.02, 1), **outside)
     handles = axes[2].get_legend_handles_labels()[0] + kl.get_legend_handles_labels()[0]
     kl.legend(handles=handles, bbox_to_anchor=(1.14, 1), **outside)  # beyond the ΔKL axis and its label
-    for ax in axes[4:]:
+    axes[6].legend(bbox_to_anchor=(1.02, 1), **outside)
+    if routing_panel(axes[7], report):
+        axes[7].legend(bbox_to_anchor=(1.02, 1), **outside)
+    for ax in axes[6:]:
         ax.set_xlabel("layer (0-based)")
     return fig
+
+
+def routing_panel(ax, report: dict) -> bool:
+    """The first token's routing per MoE layer: the share of prompts sending it to the most common expert set,
+    and to the most common single expert (named above its point)."""
+    ax.set_title("First-token routing concentration across prompts (MoE layers)", fontsize=11)
+    ax.grid(alpha=0.3)
+    entries = report.get("routing") or []
+    if not entries:
+        ax.text(0.5, 0.5, "dense FFN: no router", ha="center", va="center", transform=ax.transAxes)
+        return False
+    layers = [e["layer"] for e in entries]
+    ax.plot(layers, [e["modal_set_share"] for e in entries], marker="o", markersize=3, label="most common expert set")
+    top = [e["experts"][0] if e["experts"] else {"expert": None, "share": float("nan")} for e in entries]
+    ax.plot(layers, [t["share"] for t in top], marker="s", markersize=3, label="most common expert")
+    for layer, t in zip(layers, top):
+        ax.annotate(f"e{t['expert']}", (layer, t["share"]), fontsize=7, textcoords="offset points", xytext=(0, 4))
+    ax.set_ylim(0, 1.1)
+    return True

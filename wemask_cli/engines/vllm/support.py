@@ -11,7 +11,7 @@ from pathlib import Path
 from ...compat.vllm import VERIFIED
 from ...errors import WeMaskError
 from ...method.config import WeMaskConfig
-from .mask import SUPPORTED_ARCHITECTURES, InstalledMask, VllmEngineError, check_config, install_wemask
+from .mask import NOT_RUNNABLE, SUPPORTED_ARCHITECTURES, InstalledMask, VllmEngineError, check_config, install_wemask
 
 VERIFIED_VERSIONS = (VERIFIED,)
 LOGGING_VARIABLE = "VLLM_LOGGING_LEVEL"
@@ -42,7 +42,7 @@ def version_warning(version: str) -> str | None:
         return None
     return (
         f"wemask: vLLM {version} is not verified (verified: {', '.join(VERIFIED_VERSIONS)}); the mask hooks into "
-        "the attention forward(positions, hidden_states) of its Llama/Qwen/Mistral classes: check outputs against "
+        "the attention forward(positions, hidden_states) of its model classes (mask.VLLM_CLASSES): check outputs against "
         "--engine transformers"
     )
 
@@ -88,8 +88,9 @@ def check_folder_architecture(folder: str | Path) -> None:
         return  # a hub id or an adapter folder: vLLM itself reports what it cannot load
     architectures = json.loads(path.read_text()).get("architectures") or ["(none)"]
     if architectures[0] not in SUPPORTED_ARCHITECTURES:
+        why = f" ({NOT_RUNNABLE[architectures[0]]})" if architectures[0] in NOT_RUNNABLE else ""
         raise VllmEngineError(
-            f"{folder}: architecture {architectures[0]} is not covered by the vLLM mask (covered: "
+            f"{folder}: architecture {architectures[0]} is not covered by the vLLM mask{why} (covered: "
             f"{', '.join(SUPPORTED_ARCHITECTURES)}): use --engine transformers"
         )
 
