@@ -280,7 +280,7 @@ def test_rollout_masking_reads_trls_settings_through_checked_names(monkeypatch):
     with pytest.raises(CompatError, match="^trl .*vllm_generation no longer exists"):
         mask_rollouts(renamed, config)
     monkeypatch.delattr(GRPOConfig, "vllm_mode")
-    with pytest.raises(CompatError, match="grpo_config.vllm_mode no longer exists"):
+    with pytest.raises(CompatError, match="GRPOConfig.vllm_mode no longer exists"):
         mask_rollouts(renamed, config)
 
 

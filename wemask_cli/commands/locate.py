@@ -129,6 +129,21 @@ def masked_run(loaded: LoadedModel, ids: list, me_layer: int, rate: float, base:
     }
 
 
+def prompt_records(tokenizer, prompts: list, ids: list[list[int]], result) -> list[dict]:
+    """Per prompt: its preview, length, whether its first token is BOS, and the ME layer it alone points to."""
+    return [
+        {
+            "index": i,
+            "preview": preview(prompt),
+            "tokens": len(ids[i]),
+            "first_token_is_bos": starts_with_bos(tokenizer, ids[i]),
+            "degenerate": bool(result.stats.degenerate[i]),
+            "me_layer": result.detection.per_prompt[i],
+        }
+        for i, prompt in enumerate(prompts)
+    ]
+
+
 def run_locate(
     loaded: LoadedModel,
     prompts: list,
@@ -170,17 +185,7 @@ def run_locate(
             "ffn_share": method.FFN_SHARE, "frac_share": method.FRAC_SHARE, "sink_rms": method.SINK_RMS,
             "sink_share": method.SINK_SHARE,
         },  # fmt: skip
-        "prompts": [
-            {
-                "index": i,
-                "preview": preview(prompt),
-                "tokens": len(ids[i]),
-                "first_token_is_bos": starts_with_bos(loaded.tokenizer, ids[i]),
-                "degenerate": bool(result.stats.degenerate[i]),
-                "me_layer": detection.per_prompt[i],
-            }
-            for i, prompt in enumerate(prompts)
-        ],
+        "prompts": prompt_records(loaded.tokenizer, prompts, ids, result),
         "layers": layers,
         "mask_rates": [],
         "massive_tokens": None if me is None else massive.massive_tokens(norms, ids, loaded.tokenizer, me),
