@@ -160,6 +160,7 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
     from .checkpoints import warn_schedule_change
     from .install import lora_config
     from .records import RunRecord, write_metrics
+    from .saving import StagedSaves
     from .steps import plain_logs
 
     opts, args = resolved.opts, resolved.args
@@ -176,11 +177,12 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
     ctx = TrainContext(
         options=opts, args=args, loaded=loaded, train_dataset=train_dataset, eval_dataset=eval_dataset,
         data_format=fmt, peft_config=lora_config(opts, loaded.model), wemask=config,
-        callbacks=run_callbacks(callbacks, args, interrupt, record, claim, divergence),
+        callbacks=run_callbacks(callbacks, args, interrupt, record, divergence),
         remedies=remedies, remedy_weights=remedy_weights,
     )
     fsdp.shard_on_cpu(args)  # accelerate alone would run FSDP on the CPU as DDP
     trainer = stage.build_trainer(ctx)
+    saves = StagedSaves(trainer, claim, record)
     plain_logs(trainer)
     config = stage.install(trainer, ctx)
     record.installation, record.distributed = stage.installation, run_facts(trainer, resolved)
@@ -200,13 +202,14 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
         return RunResult(output, True, checkpoint, None, config, trainer, stage)
 
     eval_metrics = trainer.evaluate() if eval_dataset is not None and _eval_strategy(args) == "no" else {}  # else TRL's
-    metrics = None
-    with disk_errors(trainer, output), claim.writing():  # the manifest lists each file this save writes
-        trainer.save_model(str(output))
-        if trainer.is_world_process_zero():
-            loaded.tokenizer.save_pretrained(str(output))
-            config = record.write(output, trainer.model)
-            metrics = write_metrics(trainer, output, ctx, stage, config, seconds, eval_metrics, _resumed_step(resume_from))
+
+    def write_records(folder: Path):
+        loaded.tokenizer.save_pretrained(str(folder))
+        written = record.write(folder, trainer.model)
+        return written, write_metrics(trainer, folder, ctx, stage, written, seconds, eval_metrics, _resumed_step(resume_from))
+
+    with disk_errors(trainer, output):
+        config, metrics = saves.save_final(write_records) or (config, None)
     if metrics is not None:
         say(f"saved to {output} (final loss {metrics['final_loss']}, {metrics['global_step']} steps)")
     barrier(args)
@@ -224,12 +227,12 @@ def _eval_strategy(args) -> str:
     return str(getattr(args.eval_strategy, "value", args.eval_strategy))
 
 
-def run_callbacks(callbacks: list, args, interrupt, record, claim, divergence) -> list:
+def run_callbacks(callbacks: list, args, interrupt, record, divergence) -> list:
     """The trainer callbacks of a run: the caller's, FSDP's, then wemask's own (see callbacks.py)."""
-    from .callbacks import CheckpointRecordCallback, FinishedAtResume, SaveOnInterrupt
+    from .callbacks import BestModelRemedies, FinishedAtResume, SaveOnInterrupt
     from .steps import StepLines
 
-    return [*callbacks, *fsdp.callbacks(args), SaveOnInterrupt(interrupt), CheckpointRecordCallback(record, claim), divergence,
+    return [*callbacks, *fsdp.callbacks(args), SaveOnInterrupt(interrupt), BestModelRemedies(record), divergence,
             FinishedAtResume(), StepLines()]
 
 
