@@ -10,7 +10,7 @@ import typer
 from ..eval.quantize.schemes import DEFAULT_BLOCK_SIZE, block_size_help, quantize_help  # torch-free registry
 from ..eval.tasks.registry import accepting, task_help  # torch-free registry
 from ..ranks import main_only
-from .options import DtypeOpt, EngineOpt, LayersOpt, MeLayerOpt, ModelOpt, SelectOpt, StrengthOpt, TokensOpt
+from .options import DtypeOpt, EngineOpt, LayersOpt, MeLayerOpt, ModelOpt, SelectOpt, StrengthOpt, TokensOpt, TrustRemoteCodeOpt
 
 Text = Optional[str]
 
@@ -98,6 +98,7 @@ def eval_(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an earlier wemask output in --output (never other files).")] = False,
     dtype: DtypeOpt = "auto",
     engine: EngineOpt = "transformers",
+    trust_remote_code: TrustRemoteCodeOpt = False,
 ):
     """Evaluate one model at several mask rates in one process: table, metrics.json, results.csv, examples.jsonl, curve.png.
 
@@ -121,7 +122,7 @@ seeds. Compare runs with `wemask report DIR...`.
         model=model, mask=MaskRequest.parse(mask_rates, me_layer, select, layers, strength, tokens), output=output,
         overwrite=overwrite, dtype=dtype, lm_eval_tasks=lm_eval_tasks, lm_eval_include=lm_eval_include, quantize=quantize,
         fp4_block_size=fp4_block_size, smoothquant=smoothquant, engine=engine,
-        settings=EvalSettings(
+        trust_remote_code=trust_remote_code, settings=EvalSettings(
             task=task, data=data, split=split, data_config=data_config, text_field=text_field, question_field=question_field,
             choices_field=choices_field, answer_field=answer_field, window=window, stride=stride, limit=limit,
             batch_size=parse_batch_size(batch_size), max_new_tokens=max_new_tokens, seeds=seeds, temperature=temperature,

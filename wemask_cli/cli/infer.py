@@ -9,7 +9,19 @@ import typer
 
 from ..prompts import PROMPT_FILE_LAYOUTS
 from ..ranks import main_only
-from .options import DtypeOpt, EngineOpt, LayersOpt, MaskRateOpt, MeLayerOpt, ModelOpt, ReplaceOpt, SelectOpt, StrengthOpt, TokensOpt
+from .options import (
+    DtypeOpt,
+    EngineOpt,
+    LayersOpt,
+    MaskRateOpt,
+    MeLayerOpt,
+    ModelOpt,
+    ReplaceOpt,
+    SelectOpt,
+    StrengthOpt,
+    TokensOpt,
+    TrustRemoteCodeOpt,
+)
 
 
 def infer(
@@ -32,6 +44,7 @@ def infer(
     tokens: TokensOpt = None,
     overwrite: ReplaceOpt = False,
     engine: EngineOpt = "transformers",
+    trust_remote_code: TrustRemoteCodeOpt = False,
 ):
     """Generate with and without WeMask; several --mask-rate values are shown side by side (one model load).
 
@@ -46,7 +59,7 @@ def infer(
     request = InferRequest(
         model=model, mask=MaskRequest.parse(mask_rate, me_layer, select, layers, strength, tokens),
         settings=GenerationSettings(max_new_tokens, temperature, top_p, seed, batch_size, chat_template), prompts=prompt,
-        input=input, output=output, overwrite=overwrite, dtype=dtype, engine=engine,
+        input=input, output=output, overwrite=overwrite, dtype=dtype, engine=engine, trust_remote_code=trust_remote_code,
     )
     records = run_infer_command(request)
     console.print(completions_table(records))

@@ -37,6 +37,11 @@ TokensOpt = Annotated[
     ),
 ]
 ReplaceOpt = Annotated[bool, typer.Option("--overwrite", help="Replace output files that already exist.")]
+TrustRemoteCodeOpt = Annotated[
+    bool,
+    typer.Option("--trust-remote-code", help="Run the Python code the model ships (an auto_map in its config.json), as a run "
+                 "trained with it needs; only for a source you trust. Off by default, and never asked on stdin."),
+]
 EngineOpt = Annotated[
     str,
     typer.Option(help="transformers (default: hooks, every feature) | vllm (the same mask in vLLM; needs `pip install wemask-cli[vllm]`)."),

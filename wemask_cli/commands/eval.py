@@ -37,6 +37,7 @@ class EvalRequest:
     fp4_block_size: int = 16
     smoothquant: float | None = None
     engine: str = "transformers"  # or "vllm" (wemask_cli.engines.vllm)
+    trust_remote_code: bool = False
 
 
 def make_task(request: EvalRequest):
@@ -148,7 +149,7 @@ def evaluate(request: EvalRequest, task, data):
             loaded, configs = load_vllm(request.model, request.dtype, request.mask)
     else:
         with status("Loading model..."):
-            loaded = models.load_model(request.model, dtype=request.dtype)
+            loaded = models.load_model(request.model, dtype=request.dtype, pretrained={"trust_remote_code": request.trust_remote_code})
         configs = request.mask.configs(loaded)
     prepared = task.prepare(loaded.tokenizer, data, context_length(loaded.model))
     axes = [wemask_axis(configs)] + quantize_axes(request, prepared)

@@ -104,7 +104,7 @@ def masked(model, config: WeMaskConfig | None):
         handle.remove()
 
 
-def load_for_infer(model: str | None, dtype: str, request, engine: str = "transformers"):
+def load_for_infer(model: str | None, dtype: str, request, engine: str = "transformers", trust_remote_code: bool = False):
     """(LoadedModel, the WeMask configs to run) on the chosen engine; vLLM checks what it cannot run first."""
     if engine not in ENGINES:
         raise WeMaskError(f"--engine {engine!r} is unknown: use one of {', '.join(ENGINES)}")
@@ -114,7 +114,7 @@ def load_for_infer(model: str | None, dtype: str, request, engine: str = "transf
         return load_vllm(model, dtype, request)
     from ..models import load_model
 
-    loaded = load_model(model, dtype=dtype)
+    loaded = load_model(model, dtype=dtype, pretrained={"trust_remote_code": trust_remote_code})
     return loaded, request.configs(loaded)
 
 
@@ -137,6 +137,7 @@ class InferRequest:
     overwrite: bool = False
     dtype: str = "auto"
     engine: str = "transformers"
+    trust_remote_code: bool = False
 
 
 def infer(request: InferRequest) -> list[dict]:
@@ -150,7 +151,7 @@ def infer(request: InferRequest) -> list[dict]:
     prompts = read_prompts(request.prompts, request.input)
     engine = request.engine
     with status("Loading model..." if engine == "transformers" else f"Loading model in {engine}..."):
-        loaded, configs = load_for_infer(request.model, request.dtype, request.mask, engine)  # torch: once inputs are good
+        loaded, configs = load_for_infer(request.model, request.dtype, request.mask, engine, request.trust_remote_code)  # torch: once inputs are good
     with status(f"Generating {len(prompts)} prompt(s) x {len(configs)} setting(s)..."):
         records = run_infer(loaded, prompts, configs, request.settings)
     if request.output:

@@ -247,6 +247,7 @@ class LocateRequest:
     plot: Path | None = None
     dtype: str = "auto"
     overwrite: bool = False
+    trust_remote_code: bool = False
 
 
 def locate(request: LocateRequest, plot: Callable[[dict, Path], Path] | None = None) -> tuple[dict, list[Path]]:
@@ -264,7 +265,7 @@ def locate(request: LocateRequest, plot: Callable[[dict, Path], Path] | None = N
             check_output_file(path, overwrite=request.overwrite, flag=flag, inputs=inputs)
     texts = load_prompts(request.prompts, request.dataset, request.text_field, request.num_prompts)
     with status("Loading model..."):
-        loaded = load_model(request.model, dtype=request.dtype)
+        loaded = load_model(request.model, dtype=request.dtype, pretrained={"trust_remote_code": request.trust_remote_code})
     with task("Measuring layers (prompts)", len(texts) * (1 + len(request.mask_rates))) as advance:
         report = run_locate(loaded, texts, max_length=request.max_length, batch_size=request.batch_size,
                             mask_rates=request.mask_rates, progress=advance)

@@ -63,7 +63,7 @@ def load_inputs(stage: Stage, opts: dict, args):
         resolve_source(model_spec)
     pretrained = {
         "revision": opts["model_revision"], "attn_implementation": opts["attn_implementation"],
-        "trust_remote_code": opts["trust_remote_code"] or None, "quant_type": opts["bnb_4bit_quant_type"],
+        "trust_remote_code": bool(opts["trust_remote_code"]), "quant_type": opts["bnb_4bit_quant_type"],
         "nested": opts["use_bnb_nested_quant"],
     }
     loaded = load_model(model_spec, dtype=opts["dtype"], quantization=quantization, interventions=False,  # installed by the stage
