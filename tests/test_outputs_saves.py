@@ -4,9 +4,11 @@ checkpoint holding a file of the user's: the real SFT trainer on a tiny model.""
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from pathlib import Path
 
+from conftest import run_main
 from transformers import TrainerCallback
 
 from wemask_cli.outputs import MANIFEST_NAME, STAGING_NAME
@@ -95,3 +97,24 @@ def test_rotation_keeps_a_checkpoint_holding_a_user_file(tmp_path, tiny_model_di
     warnings = [line for line in capsys.readouterr().err.splitlines() if "--save-total-limit: keeping" in line]
     assert len(warnings) == 1 and "note.txt" in warnings[0], warnings
     assert "checkpoint-2" not in {name.split("/")[0] for name in recorded(folder)}
+
+
+def test_no_output_replaces_a_file_of_an_input_folder(tmp_path, tiny_model_dir, monkeypatch, capsys):
+    """`infer --output copy1/…`, `locate --json c1/…`, `report c1 --json c1/…`, with --overwrite: each replaced a
+    file of the model or run it read."""
+    model = tmp_path / "copy1"
+    shutil.copytree(tiny_model_dir, model)
+    (model / "metrics.json").write_text(json.dumps({"stage": "sft", "mask_rate": 0.3, "train_loss": 1.0}))
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    weights = str(model / "model.safetensors")
+    for args in (("infer", "--model", str(model), "--prompt", "hi", "--output", weights),
+                 ("locate", "--model", str(model), "--json", str(model / "config.json")),
+                 ("locate", "--model", str(model), "--plot", str(model / "tokenizer.json.png")),
+                 ("report", str(model), "--json", weights, "--no-plot")):
+        if args[-1].endswith(".png"):
+            (model / "tokenizer.json.png").write_bytes(b"the user's")
+            before["tokenizer.json.png"] = b"the user's"
+        code, _, err = run_main(monkeypatch, capsys, *args, "--overwrite")
+        assert code == 2 and "Traceback" not in err, err
+        assert "is an input of this command" in err.strip().splitlines()[-1], err
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before

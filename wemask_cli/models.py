@@ -207,6 +207,20 @@ def resolve_source(spec: str | None) -> str:
     return spec
 
 
+def model_inputs(spec: str | None) -> list[tuple[str, str]]:
+    """(flag, local path) of what --model reads, which no output may replace: its folder or .gguf file, a LoRA
+    adapter's base folder, and wemask's cache (the embedded model, converted .gguf files, the locate cache)."""
+    found = [("--model", spec)] if spec not in (None, "", "default") else []
+    adapter = Path(spec).expanduser() / ADAPTER_CONFIG_FILE if found else None
+    if adapter is not None and adapter.is_file():
+        try:
+            base = json.loads(adapter.read_text()).get("base_model_name_or_path")
+        except (OSError, ValueError, AttributeError):
+            base = None  # load_model names the problem
+        found += [("the base model of --model", base)] if isinstance(base, str) else []
+    return [*found, ("wemask's cache", str(cache_dir()))]
+
+
 def hidden_size(spec: str | None) -> int | None:
     """The hidden size a local model (or a LoRA adapter's base) states in its config, read without its weights;
     None for a hub id or a config that does not say."""

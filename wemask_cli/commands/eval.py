@@ -116,7 +116,9 @@ def run_eval(request: EvalRequest, plot: Callable[[dict, Path], Path] | None = N
         raise WeMaskError("--smoothquant migrates activation scale before quantizing: add --quantize (e.g. none,w4a4)")
     output = Path(request.output).expanduser() if request.output else default_output(task.name)
     if request.overwrite:
-        inputs = [("--model", request.model), ("--data", task.settings.data), ("--lm-eval-include", request.lm_eval_include)]
+        from ..models import model_inputs
+
+        inputs = [*model_inputs(request.model), ("--data", task.settings.data), ("--lm-eval-include", request.lm_eval_include)]
         check_inputs_outside(output, inputs, flag="--output")
     with claim_output_dir(output, overwrite=request.overwrite, kind="eval", flag="--output") as claim:
         data = task.load()

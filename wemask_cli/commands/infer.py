@@ -143,11 +143,13 @@ class InferRequest:
 def infer(request: InferRequest) -> list[dict]:
     """The whole command: --output and the prompts checked before the model loads, every prompt generated at every
     setting, --output written. Returns the records (the CLI renders them)."""
+    from ..models import model_inputs
     from ..outputs import check_output_file
     from ..progress import status
 
     if request.output is not None:
-        check_output_file(request.output, overwrite=request.overwrite, flag="--output", inputs=[("--input", request.input)])
+        inputs = [*model_inputs(request.model), ("--input", request.input)]
+        check_output_file(request.output, overwrite=request.overwrite, flag="--output", inputs=inputs)
     prompts = read_prompts(request.prompts, request.input)
     engine = request.engine
     with status("Loading model..." if engine == "transformers" else f"Loading model in {engine}..."):

@@ -253,13 +253,13 @@ class LocateRequest:
 def locate(request: LocateRequest, plot: Callable[[dict, Path], Path] | None = None) -> tuple[dict, list[Path]]:
     """The whole command: outputs and prompts checked before the model loads, the report measured, --json written and
     --plot drawn by `plot` (the CLI's renderer). Returns (the report, the files written)."""
-    from ..models import load_model
+    from ..models import load_model, model_inputs
     from ..outputs import atomic_write_json, check_output_file
     from ..progress import status, task
 
     if request.plot is not None and request.plot.suffix.lower() != ".png":
         raise WeMaskError(f"--plot {request.plot}: the plot is a PNG, give a file name ending in .png")
-    inputs = [("--prompts", request.prompts), ("--dataset", request.dataset)]
+    inputs = [*model_inputs(request.model), ("--prompts", request.prompts), ("--dataset", request.dataset)]
     for path, flag in ((request.json_out, "--json"), (request.plot, "--plot")):
         if path is not None:
             check_output_file(path, overwrite=request.overwrite, flag=flag, inputs=inputs)

@@ -130,7 +130,9 @@ def check_remedies_fit(resolved) -> None:
 
 def run_inputs(opts: dict) -> list[tuple[str, str]]:
     """The (flag, path) of what a training run reads (hub names are skipped by the check)."""
-    found = [("--model", opts.get("model")), ("--dataset", opts.get("dataset")), ("--eval-dataset", opts.get("eval_dataset"))]
+    from ..models import model_inputs
+
+    found = [*model_inputs(opts.get("model")), ("--dataset", opts.get("dataset")), ("--eval-dataset", opts.get("eval_dataset"))]
     rewards = [str(spec).partition(".py:")[0] + ".py" for spec in opts.get("reward") or () if ".py:" in str(spec)]
     return found + [("--reward", path) for path in rewards]
 
