@@ -1,0 +1,42 @@
+"""What a saved run folder carries is checked before it is applied: wemask_config.json and interventions.json must
+agree, and interventions.json's weights path stays inside the folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from conftest import make_tiny_model, run_main
+
+from wemask_cli.errors import WeMaskError
+from wemask_cli.interventions import INTERVENTIONS_FILE, WEIGHTS_FILE, WeMask, install_all, load_saved, save_interventions
+from wemask_cli.interventions.gated_norm import GatedNorm
+from wemask_cli.interventions.saved import save_configs
+from wemask_cli.method.config import CONFIG_NAME, WeMaskConfig
+
+
+def test_a_wemask_config_that_disagrees_with_interventions_is_one_line(tmp_path, tiny_model_dir, monkeypatch, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_model_dir, run)
+    save_configs(run, [WeMask(WeMaskConfig(mask_rate=0.3, me_layer=1))])
+    assert load_saved(run).wemask.mask_rate == 0.3
+    edited = json.loads((run / CONFIG_NAME).read_text())
+    edited["mask_rate"] = 0.9
+    (run / CONFIG_NAME).write_text(json.dumps(edited))
+    code, _, err = run_main(monkeypatch, capsys, "infer", "--model", str(run), "--prompt", "hi", "--max-new-tokens", "2")
+    assert code == 2 and "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    assert f"{run / CONFIG_NAME} and interventions.json beside it disagree about WeMask (mask_rate 0.9 vs 0.3" in line, line
+
+
+@pytest.mark.parametrize("weights", ["../x.safetensors", "/etc/hostname", "sub/w.safetensors", ".."])
+def test_intervention_weights_stay_inside_their_folder(tmp_path, weights):
+    run = tmp_path / "run"
+    save_interventions(run, install_all(make_tiny_model("llama"), [GatedNorm(rank=2)]))
+    shutil.copy(run / WEIGHTS_FILE, tmp_path / "x.safetensors")
+    record = json.loads((run / INTERVENTIONS_FILE).read_text())
+    record["weights"] = weights
+    (run / INTERVENTIONS_FILE).write_text(json.dumps(record))
+    with pytest.raises(WeMaskError, match='"weights" is .* not a file name in its folder'):
+        load_saved(run)
