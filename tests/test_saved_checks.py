@@ -40,3 +40,26 @@ def test_intervention_weights_stay_inside_their_folder(tmp_path, weights):
     (run / INTERVENTIONS_FILE).write_text(json.dumps(record))
     with pytest.raises(WeMaskError, match='"weights" is .* not a file name in its folder'):
         load_saved(run)
+
+
+def truncate(path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def test_a_truncated_adapter_or_model_is_one_line_naming_the_file(tmp_path, tiny_model_dir, monkeypatch, capsys):
+    import transformers
+    from peft import LoraConfig, get_peft_model
+
+    adapter = tmp_path / "adapter"
+    base = transformers.AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(adapter)
+    truncate(adapter / "adapter_model.safetensors")
+    full = tmp_path / "full"
+    shutil.copytree(tiny_model_dir, full)
+    truncate(full / "model.safetensors")
+    for model, named in ((adapter, adapter / "adapter_model.safetensors"), (full, full)):
+        code, _, err = run_main(monkeypatch, capsys, "infer", "--model", str(model), "-p", "hi", "--max-new-tokens", "2")
+        line = err.strip().splitlines()[-1]
+        assert code == 2 and "Traceback" not in err and str(named) in line and "network" not in line, err
+        assert "truncated" in line

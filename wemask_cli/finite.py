@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from .errors import WeMaskError
+from .errors import WeMaskError, first_line
 
 
 class NonFiniteWeights(WeMaskError):
@@ -52,9 +52,15 @@ def require_finite_file(path: Path) -> None:
     """Refuse a safetensors file (a LoRA adapter, ...) holding a non-finite tensor; a missing file is left to its reader."""
     if not path.is_file():
         return
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    require_finite(load_file(str(path)), str(path))
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError) as err:
+        raise WeMaskError(f"{path} cannot be read ({first_line(err, 120)}): it is truncated or damaged; save it again or "
+                          "restore it from a copy") from None
+    require_finite(tensors, str(path))
 
 
 def require_finite_model(model, weights_from: str) -> None:

@@ -324,6 +324,11 @@ def load_tokenizer_and_model(spec: str | None, tokenizer_from: str, weights_from
                 f"--model {spec or weights_from} ships its own Python code (an auto_map in its config.json), which wemask "
                 "runs only with --trust-remote-code: pass it if you trust the source (a run trained with it needs it again)"
             ) from None
+        if Path(weights_from).is_dir():
+            raise WeMaskError(
+                f"could not load model {spec!r} from {weights_from} ({first_line(err)}): its files are incomplete or "
+                "damaged (a truncated or interrupted save?); save or download the model again"
+            ) from None
         raise WeMaskError(
             f"could not load model {spec!r} ({first_line(err)}); a hub id needs network access (or a filled HF cache): "
             "pass a local model directory or .gguf file, or omit --model for the embedded SmolLM2-135M-Instruct"
