@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import WeMaskError, first_line
-from .distributed import apply_launcher_precision
+from .distributed import apply_launcher_precision, check_deepspeed_config
 from .options import CLI_ONLY, DEFAULTS, KINDS, TrainOptions, given_options
 from .recipe import Recipe, read_recipe, recipe_path
 from .trl_values import check_trl_value
@@ -218,6 +218,7 @@ def resolve(stage, options: TrainOptions, extra_args: list[str]) -> Resolved:
     if resolved["trust_remote_code"] and "trust_remote_code" in trl_fields:  # TRL loads reference models with it too
         trl_values["trust_remote_code"], trl_source["trust_remote_code"] = True, source["trust_remote_code"]
     apply_launcher_precision(trl_values, trl_source)  # accelerate's mixed_precision sets bf16/fp16, or conflicts in one line
+    check_deepspeed_config(trl_values, "--deepspeed" if trl_source.get("deepspeed") == "flag" else f"{recipe.where('deepspeed')}: deepspeed")
     for old, new in (("gradient_checkpointing", "activation_checkpointing"), ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
         if trl_source.get(old) in ("recipe", "flag") and trl_source.get(new) == "default":
             del trl_values[new], trl_source[new]  # the user's spelling wins over our default

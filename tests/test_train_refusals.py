@@ -1,0 +1,32 @@
+"""Training settings that cannot work are one line and exit 2 before anything loads: --deepspeed without a launcher
+or with an accelerate YAML."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from conftest import run_main
+
+DATA = str(Path(__file__).resolve().parents[1] / "data" / "sft_chat.jsonl")
+
+
+def sft(monkeypatch, capsys, tmp_path, *extra) -> tuple[int, str]:
+    code, _, err = run_main(monkeypatch, capsys, "sft", "--dataset", DATA, "-o", str(tmp_path / "out"), "--max-steps", "1", *extra)
+    assert "Traceback" not in err, err
+    return code, err.strip().splitlines()[-1]
+
+
+def test_deepspeed_in_one_process_is_one_line(tmp_path, monkeypatch, capsys):
+    assert "LOCAL_RANK" not in os.environ  # as a user runs `wemask sft` in a shell
+    ds3 = tmp_path / "ds3.json"
+    ds3.write_text(json.dumps({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": "auto"}))
+    code, line = sft(monkeypatch, capsys, tmp_path, "--deepspeed", str(ds3))
+    assert code == 2 and line.startswith(f"wemask: error: --deepspeed {ds3} needs processes started by a launcher"), line
+    assert "torchrun --nproc_per_node N -m wemask_cli" in line
+    yaml = tmp_path / "zero3.yaml"
+    yaml.write_text("distributed_type: DEEPSPEED\n")
+    code, line = sft(monkeypatch, capsys, tmp_path, "--deepspeed", str(yaml))
+    assert code == 2 and "DeepSpeed reads a JSON config" in line and "accelerate launch --config_file" in line, line
+    assert not (tmp_path / "out").exists()
