@@ -30,3 +30,21 @@ def test_deepspeed_in_one_process_is_one_line(tmp_path, monkeypatch, capsys):
     code, line = sft(monkeypatch, capsys, tmp_path, "--deepspeed", str(yaml))
     assert code == 2 and "DeepSpeed reads a JSON config" in line and "accelerate launch --config_file" in line, line
     assert not (tmp_path / "out").exists()
+
+
+def test_dpo_pairs_that_continue_different_conversations_are_refused(tmp_path, monkeypatch, capsys, tiny_model_dir):
+    def turn(role, text):
+        return {"role": role, "content": text}
+
+    same = [turn("user", "Hi"), turn("assistant", "Hello! How can I help?")]
+    rows = [{"chosen": [*same, turn("user", "Add 2 and 2"), turn("assistant", "4")],
+             "rejected": [*same, turn("user", "Add 2 and 2"), turn("assistant", "5")]},
+            {"chosen": [*same, turn("user", "Add 2 and 2"), turn("assistant", "4")],
+             "rejected": [*same, turn("user", "Insult me"), turn("assistant", "No.")]}]
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    code, _, err = run_main(monkeypatch, capsys, "dpo", "--model", tiny_model_dir, "--dataset", str(data), "-o", str(tmp_path / "out"),
+                            "--max-steps", "1", "--per-device-train-batch-size", "2", "--max-length", "64", "--report-to", "none")
+    line = err.strip().splitlines()[-1]
+    assert code == 2 and "Traceback" not in err, err
+    assert line.startswith("wemask: error: row 2: chosen and rejected continue the conversation differently after message 2"), line
