@@ -63,3 +63,13 @@ def test_a_truncated_adapter_or_model_is_one_line_naming_the_file(tmp_path, tiny
         line = err.strip().splitlines()[-1]
         assert code == 2 and "Traceback" not in err and str(named) in line and "network" not in line, err
         assert "truncated" in line
+
+
+def test_a_failed_eval_removes_the_default_folder_it_created(tmp_path, tiny_model_dir, monkeypatch, capsys):
+    """A failed `wemask eval` without --output left runs/eval/TASK-TIME/ holding only .wemask-manifest.json."""
+    monkeypatch.chdir(tmp_path)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    code, _, err = run_main(monkeypatch, capsys, "eval", "--model", tiny_model_dir, "--task", "perplexity", "--data", str(empty))
+    assert code == 2 and "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt"]

@@ -163,11 +163,13 @@ class OutputClaim:
 
 
 def claim_output_dir(
-    path, *, overwrite: bool, resume: bool = False, kind: str, flag: str = "--output-dir", resumable: bool = False
+    path, *, overwrite: bool, resume: bool = False, kind: str, flag: str = "--output-dir", resumable: bool = False,
+    created: list[Path] = (),
 ) -> OutputClaim:
     """Claim `path` for a command that writes a folder (see the package docstring). `kind` names the command in the
     lock; `resume` keeps the folder's contents (the caller checks what to resume from); `resumable`: the refusal of a
-    non-empty folder mentions --resume. With `overwrite` the folder is checked now and cleared by `claim.clear()`
+    non-empty folder mentions --resume; `created`: folders the caller made for this command (deepest first), removed
+    like the claim's own when it fails. With `overwrite` the folder is checked now and cleared by `claim.clear()`
     (or the first record), after the command has checked its inputs. On a non-main process of a distributed run:
     no lock, no changes (the main process claims; callers wait on a barrier)."""
     folder = Path(path).expanduser()
@@ -175,7 +177,7 @@ def claim_output_dir(
     if not is_main_process():
         return OutputClaim(folder)
     absolute = Path(os.path.abspath(folder))
-    created = [p for p in (absolute, *absolute.parents) if not os.path.lexists(p)]
+    created = [*created, *(p for p in (absolute, *absolute.parents) if not os.path.lexists(p))]
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
