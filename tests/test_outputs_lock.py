@@ -69,3 +69,18 @@ def test_a_lock_whose_pid_now_belongs_to_a_later_process_is_taken_over(tmp_path,
     (folder / LOCK_NAME).write_text(json.dumps(lock))
     take_lock(folder, "sft")
     assert "the pid was reused" in capsys.readouterr().err
+
+
+def test_a_manifest_write_torn_by_sigkill_does_not_block_the_next_run(tmp_path, capsys):
+    """SIGKILL during a manifest save left .wemask-manifest.json.XXXX.tmp: the next run refused the folder as the user's."""
+    from wemask_cli.outputs import MANIFEST_NAME, claim_output_dir
+
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    (folder / MANIFEST_NAME).write_text(json.dumps({"version": 2, "written": [], "files": {}, "dirs": []}))
+    (folder / f".{MANIFEST_NAME}.k1ll3d.tmp").write_text("{\"vers")
+    lock = {"pid": dead_pid(), "host": socket.gethostname(), "command": "wemask eval", "started": "2026-01-01T00:00:00+0000"}
+    (folder / LOCK_NAME).write_text(json.dumps(lock))
+    with claim_output_dir(folder, overwrite=False, kind="eval", flag="--output"):
+        pass
+    assert sorted(p.name for p in folder.iterdir()) == [MANIFEST_NAME] and "no longer running" in capsys.readouterr().err

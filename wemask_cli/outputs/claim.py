@@ -25,8 +25,11 @@ def _entries(folder: Path) -> list[str]:
     return sorted(child.name for child in folder.iterdir() if child.name not in OURS)
 
 
-def _drop_staging(folder: Path) -> None:
-    """Remove the staging folder of a claimed folder (only wemask writes there; a link in its place is unlinked)."""
+def _drop_leftovers(folder: Path) -> None:
+    """Remove what only wemask writes in a claimed folder and a killed command can leave: the staging folder (a link
+    in its place is unlinked) and the manifest's temporary files (atomic.py names them .NAME.*.tmp)."""
+    for torn in folder.glob(f".{MANIFEST_NAME}.*.tmp"):
+        remove_quietly(torn)
     staging = folder / STAGING_NAME
     if staging.is_symlink() or staging.is_file():
         remove_quietly(staging)
@@ -132,7 +135,7 @@ class OutputClaim:
         """Release the lock (only ours, by token); a failed command's folder that is still empty is removed."""
         if not self.active:
             return
-        _drop_staging(self.path)
+        _drop_leftovers(self.path)
         try:
             if self.claimed and self.path.is_dir():
                 self.manifest.prune()
@@ -186,7 +189,7 @@ def claim_output_dir(
     claim = OutputClaim(folder, lock_path, token)
     claim.created = created
     try:
-        _drop_staging(folder)  # what a killed save left: the lock says no command is using it
+        _drop_leftovers(folder)  # what a killed save left: the lock says no command is using it
         claim.manifest = Manifest.read(folder) or Manifest(folder)
         entries = _entries(folder)
         if entries and not resume and overwrite:
