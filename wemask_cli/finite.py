@@ -3,6 +3,7 @@ file and the tensor, before anything runs with it. One pass per floating tensor 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -46,6 +47,12 @@ def require_finite(tensors: dict, where: str, error: type[WeMaskError] = NonFini
     name = first_non_finite(tensors.items())
     if name is not None:
         raise error(refusal(where, name))
+
+
+def check_temperature(value: float) -> None:
+    """--temperature (infer, eval): 0 (greedy) or a positive finite number; NaN and infinity are refused."""
+    if not math.isfinite(value) or value < 0:
+        raise WeMaskError(f"--temperature {value:g} is not valid: use 0 (greedy) or a positive number to sample")
 
 
 def require_finite_file(path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..engines import ENGINES, engine_of
 from ..errors import WeMaskError
+from ..finite import check_temperature
 from ..method.config import WeMaskConfig
 from ..outputs import atomic_write_text, dumps_strict
 from ..prompts import context_length, encode_left_truncated, read_prompt_file, warn_truncated
@@ -25,8 +26,7 @@ class GenerationSettings:
 
     def __post_init__(self) -> None:
         """Check the flags before any model is loaded."""
-        if self.temperature < 0:
-            raise WeMaskError(f"--temperature {self.temperature:g} is not valid: use 0 (greedy) or a positive number to sample")
+        check_temperature(self.temperature)
         if not 0 < self.top_p <= 1:
             raise WeMaskError(f"--top-p {self.top_p:g} is out of range: use a number in (0, 1]")
         for flag, value in (("--batch-size", self.batch_size), ("--max-new-tokens", self.max_new_tokens)):
