@@ -21,3 +21,16 @@ def test_a_temperature_that_is_not_a_finite_number_is_refused(command, value, mo
 def test_dims_listed_twice_are_refused():
     with pytest.raises(WeMaskError, match="layer 11 lists a dim twice"):
         WeMaskConfig(mask_rate=0.3, me_layer=11, dims={"11": [3, 3, 507]})
+
+
+def test_a_refused_resume_in_a_folder_of_user_files_leaves_no_manifest(tmp_path, monkeypatch, capsys, tiny_model_dir):
+    from pathlib import Path
+
+    from wemask_cli.outputs import MANIFEST_NAME
+
+    (tmp_path / "notes.txt").write_text("mine")
+    monkeypatch.chdir(tmp_path)
+    data = str(Path(__file__).resolve().parents[1] / "data" / "sft_chat.jsonl")
+    code, _, err = run_main(monkeypatch, capsys, "sft", "--model", tiny_model_dir, "--dataset", data, "-o", ".", "--resume")
+    assert code == 2 and "has no complete checkpoint-N to resume from" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"] and not (tmp_path / MANIFEST_NAME).exists()

@@ -60,6 +60,7 @@ class OutputClaim:
         self.plan: Plan | None = None  # --overwrite's deletion, pending until clear()
         self.created: list[Path] = []  # folders this claim created, deepest first
         self.claimed = False  # the folder passed the claim's checks: the manifest is ours to write
+        self.fresh_manifest = False  # the folder had no manifest before this claim
 
     @property
     def active(self) -> bool:
@@ -139,7 +140,10 @@ class OutputClaim:
         try:
             if self.claimed and self.path.is_dir():
                 self.manifest.prune()
-                self.manifest.save()
+                if failed and self.fresh_manifest and not self.manifest.top_names():
+                    remove_quietly(self.path / MANIFEST_NAME)  # a refused command leaves the folder as it found it
+                else:
+                    self.manifest.save()
         finally:
             try:
                 if json.loads(self.lock_path.read_text()).get("token") == self.token:
@@ -190,7 +194,8 @@ def claim_output_dir(
     claim.created = created
     try:
         _drop_leftovers(folder)  # what a killed save left: the lock says no command is using it
-        claim.manifest = Manifest.read(folder) or Manifest(folder)
+        found = Manifest.read(folder)
+        claim.manifest, claim.fresh_manifest = found or Manifest(folder), found is None and not (folder / MANIFEST_NAME).exists()
         entries = _entries(folder)
         if entries and not resume and overwrite:
             claim.plan = _plan_overwrite(claim.manifest, folder)
