@@ -173,8 +173,7 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
     remedies, remedy_weights = remedies_for_run(resolved, resumed if resume_from else loaded.saved, where)
     warn_schedule_change(resume_from, args)
     record = RunRecord(stage, resolved, resume_from)
-    record.source, record.data_format = loaded.source, fmt.name
-    record.data_sha256 = content_sha256(opts["dataset"])
+    record.source, record.data_format, record.data_sha256 = loaded.source, fmt.name, content_sha256(opts["dataset"])
     interrupt, divergence = Interrupt(), StopOnNonFinite()
     ctx = TrainContext(
         options=opts, args=args, loaded=loaded, train_dataset=train_dataset, eval_dataset=eval_dataset,
@@ -191,7 +190,6 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
     claim.clear()  # --overwrite: the previous output goes only now that data, model and trainer are all set up
     barrier(args)
     announce(config, remedies, bool(remedy_weights), resume_from)
-
     start = time.perf_counter()
     with interrupt, disk_errors(trainer, output):
         try:

@@ -11,13 +11,15 @@ import os
 import shutil
 from pathlib import Path
 
+from transformers import TrainerCallback
+
 from ..compat.transformers import checkpoint_save
-from ..outputs import METRICS_FILE, atomic_write_json
+from ..outputs import METRICS_FILE, STAGING_NAME, atomic_write_json
 from ..progress import warn
 from .checkpoints import PREFIX, TRAINER_STATE, barrier, checkpoints
 
 
-class StagedSaves:
+class StagedSaves(TrainerCallback):
     """Installed on a trainer: its checkpoint saves staged and moved in (see the module docstring)."""
 
     def __init__(self, trainer, claim, record):
@@ -25,6 +27,9 @@ class StagedSaves:
         self.save_checkpoint = checkpoint_save(trainer)
         self.warned: set[str] = set()  # checkpoints kept for the user's files
         trainer._save_checkpoint = self._save_checkpoint
+        # where the trainer saves checkpoints (checkpoint-N, then moved in) and rotates them at the end of training
+        # (none there: that rotation is finish_rotation's)
+        trainer._get_output_dir = lambda trial=None: str(claim.path / STAGING_NAME)
         write_card = trainer.create_model_card
 
         def create_model_card(*args, **kwargs):  # TRL writes its model card beside the checkpoints, by this name
@@ -33,17 +38,20 @@ class StagedSaves:
                 claim.record("README.md")
 
         trainer.create_model_card = create_model_card
+        trainer.add_callback(self)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.finish_rotation()
+        return control
 
     def _save_checkpoint(self, model, trial) -> None:
         trainer, args = self.trainer, self.trainer.args
         name = f"{PREFIX}-{trainer.state.global_step}"
         staged = self.claim.staging(name)
         limit, args.save_total_limit = args.save_total_limit, None  # rotated below, once the checkpoint is in place
-        trainer._get_output_dir = lambda trial=None: str(staged.parent)
         try:
             self.save_checkpoint(model, trial)
         finally:
-            del trainer._get_output_dir
             args.save_total_limit = limit
         self._fix_best(staged)
         if trainer.is_world_process_zero():
@@ -111,12 +119,24 @@ class StagedSaves:
         for path in reversed(found):
             if remaining <= max(limit, len(protected)):
                 break
-            if path.resolve() in protected:
-                continue
-            kept = self.claim.remove(path.name)
-            if not kept:
+            if path.resolve() not in protected and self._delete(path):
                 remaining -= 1
-            elif path.name not in self.warned:
-                self.warned.add(path.name)
-                warn(f"--save-total-limit: keeping {path} although it is due for deletion: it holds files wemask did "
-                     f"not write ({', '.join(kept[:3])}); move them away and delete the checkpoint yourself")
+
+    def finish_rotation(self) -> None:
+        """The trainer's last rotation, after training: with --save-total-limit 1 and a best checkpoint, only the best
+        is kept (each other one deleted as in `rotate`)."""
+        args, best = self.trainer.args, self.trainer.state.best_model_checkpoint
+        if not (args.should_save and self.claim.active and best and args.save_total_limit == 1):
+            return
+        for path in checkpoints(Path(args.output_dir)):
+            if path.resolve() != Path(best).resolve():
+                self._delete(path)
+
+    def _delete(self, path: Path) -> bool:
+        """Delete a rotated checkpoint, unless it holds files wemask did not write (then one warning)."""
+        kept = self.claim.remove(path.name)
+        if kept and path.name not in self.warned:
+            self.warned.add(path.name)
+            warn(f"--save-total-limit: keeping {path} although it is due for deletion: it holds files wemask did "
+                 f"not write ({', '.join(kept[:3])}); move them away and delete the checkpoint yourself")
+        return not kept
