@@ -34,3 +34,22 @@ def test_a_refused_resume_in_a_folder_of_user_files_leaves_no_manifest(tmp_path,
     code, _, err = run_main(monkeypatch, capsys, "sft", "--model", tiny_model_dir, "--dataset", data, "-o", ".", "--resume")
     assert code == 2 and "has no complete checkpoint-N to resume from" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"] and not (tmp_path / MANIFEST_NAME).exists()
+
+
+@pytest.mark.parametrize("turns, problem", [
+    ([("human", "a"), ("human", "b"), ("gpt", "c")], "two human turns in a row"),
+    ([("gpt", "a"), ("human", "b"), ("gpt", "c")], "it opens with an assistant turn"),
+    ([("system", "s"), ("human", "a")], "it has no assistant (gpt) turn to train on"),
+])
+def test_sharegpt_turns_out_of_order_are_refused(turns, problem, tmp_path):
+    import json
+    import re
+
+    from wemask_cli.data import load_training_data
+
+    good = [{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]}]
+    bad = {"conversations": [{"from": who, "value": text} for who, text in turns]}
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in [*good, bad]))
+    with pytest.raises(WeMaskError, match=re.escape(f"line 2: the conversation's turns are out of order ({problem}")):
+        load_training_data("sft", str(path))
