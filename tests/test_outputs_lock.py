@@ -84,3 +84,17 @@ def test_a_manifest_write_torn_by_sigkill_does_not_block_the_next_run(tmp_path, 
     with claim_output_dir(folder, overwrite=False, kind="eval", flag="--output"):
         pass
     assert sorted(p.name for p in folder.iterdir()) == [MANIFEST_NAME] and "no longer running" in capsys.readouterr().err
+
+
+def test_a_lock_held_by_a_live_process_that_is_not_wemask_gives_the_way_out(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        lock = {"pid": sleeper.pid, "host": socket.gethostname(), "command": "wemask sft -o run", "started": "2030-01-01T00:00:00+0000"}
+        (folder / LOCK_NAME).write_text(json.dumps(lock))
+        with pytest.raises(WeMaskError, match=rf"pid {sleeper.pid} is now `sleep 30`, which is not wemask: .* delete .*{LOCK_NAME}"):
+            take_lock(folder, "sft")
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -46,6 +46,17 @@ def _started_after_lock(pid: int, started) -> bool:
     return boot + ticks / os.sysconf("SC_CLK_TCK") > locked + 2
 
 
+def _not_wemask(pid: int, lock_path: Path) -> str:
+    """A hint when the live process `pid` does not look like a wemask command (Linux /proc): '' otherwise."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+    if not command or "wemask" in command:
+        return ""
+    return f"; pid {pid} is now `{command[:80]}`, which is not wemask: if the locking run is gone, delete {lock_path}"
+
+
 def _describe(lock: dict) -> str:
     command = lock.get("command") or lock.get("kind") or "a wemask command"
     return f"`{command}` (pid {lock.get('pid')} on {lock.get('host')}, started {lock.get('started')})"
@@ -128,7 +139,7 @@ def _judge_existing_lock(lock_path: Path) -> None:
         )
         remove_quietly(lock_path)
         return
-    where = "" if same_host else f"; if that run is gone, delete {lock_path}"
+    where = f"; if that run is gone, delete {lock_path}" if not same_host else _not_wemask(pid, lock_path)
     raise WeMaskError(f"{lock_path.parent} is in use by {_describe(lock)}: wait for it to finish or choose another folder{where}")
 
 
