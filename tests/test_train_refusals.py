@@ -48,3 +48,8 @@ def test_dpo_pairs_that_continue_different_conversations_are_refused(tmp_path, m
     line = err.strip().splitlines()[-1]
     assert code == 2 and "Traceback" not in err, err
     assert line.startswith("wemask: error: row 2: chosen and rejected continue the conversation differently after message 2"), line
+
+
+def test_a_trl_field_given_twice_is_refused(tmp_path, monkeypatch, capsys):
+    code, line = sft(monkeypatch, capsys, tmp_path, "--max_steps", "1", "--max-steps", "2")  # sft() adds --max-steps 1 first
+    assert code == 2 and line == "wemask: error: wemask sft: --max-steps and --max_steps both set max_steps: give it once", line

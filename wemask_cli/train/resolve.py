@@ -58,6 +58,7 @@ def explicit_trl_args(parser, extra_args: list[str], stage_name: str) -> dict:
     argparse has no "was this given" query, so defaults are suppressed for the parse and restored after."""
     from transformers.hf_argparser import string_to_bool
 
+    _refuse_repeats(parser, extra_args, stage_name)
     explicit = argparse.Namespace()
     saved = [(action, action.default, action.required, action.type, action.nargs, action.const) for action in parser._actions]
     try:
@@ -79,6 +80,18 @@ def explicit_trl_args(parser, extra_args: list[str], stage_name: str) -> dict:
     if unknown:
         _refuse_unknown(unknown, parser, stage_name)
     return namespace
+
+
+def _refuse_repeats(parser, extra_args: list[str], stage_name: str) -> None:
+    """One TRL field given twice (`--max_steps 1 --max-steps 2`): refused, as argparse would silently keep the last."""
+    seen: dict[str, str] = {}
+    for token in extra_args:
+        action = parser._option_string_actions.get(token.split("=")[0]) if token.startswith("--") else None
+        if action is None:
+            continue
+        if action.dest in seen:
+            raise WeMaskError(f"wemask {stage_name}: {seen[action.dest]} and {token.split('=')[0]} both set {action.dest}: give it once")
+        seen[action.dest] = token.split("=")[0]
 
 
 def _refuse_unknown(unknown: list[str], parser, stage_name: str) -> None:
