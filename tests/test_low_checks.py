@@ -53,3 +53,17 @@ def test_sharegpt_turns_out_of_order_are_refused(turns, problem, tmp_path):
     path.write_text("".join(json.dumps(row) + "\n" for row in [*good, bad]))
     with pytest.raises(WeMaskError, match=re.escape(f"line 2: the conversation's turns are out of order ({problem}")):
         load_training_data("sft", str(path))
+
+
+def test_a_fifo_given_as_data_is_named_as_such(tmp_path):
+    import os
+
+    from wemask_cli.data import load_training_data
+    from wemask_cli.data.readers import read_text_file
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(WeMaskError, match=r"--dataset .*pipe is not a regular file \(a pipe, socket or device\)"):
+        load_training_data("sft", str(fifo))
+    with pytest.raises(WeMaskError, match=r"--data .*pipe is not a regular file"):
+        read_text_file(fifo)
