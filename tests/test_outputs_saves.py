@@ -4,6 +4,7 @@ checkpoint holding a file of the user's: the real SFT trainer on a tiny model.""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -76,6 +77,10 @@ def test_files_written_during_saves_are_never_recorded(tmp_path, tiny_model_dir)
     assert len(users) > 20 and hook.written
     assert not [name for name in users if name in names], sorted(set(users) & names)
     assert {"checkpoint-4/trainer_state.json", "checkpoint-4/wemask_run.json", "metrics.json", "README.md"} <= names
+    umask = os.umask(0o022)
+    os.umask(umask)
+    modes = {name: (folder / name).stat().st_mode & 0o666 for name in names if (folder / name).is_file()}
+    assert {name: mode for name, mode in modes.items() if mode != 0o666 & ~umask} == {}  # safetensors alone writes 0600
     assert not (folder / STAGING_NAME).exists()
 
 

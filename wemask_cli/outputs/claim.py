@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+from ..atomic import follow_umask
 from ..errors import WeMaskError
 from ..progress import is_main_process, say
 from .files import check_writable, describe_os_error
@@ -89,6 +90,9 @@ class OutputClaim:
         files moved into it), recording by name each file moved; on a process that holds no claim, only moves."""
         self.clear()
         listing = tree(staged) if staged.is_dir() else None
+        for name, info in (listing or {"": ()}).items():  # what a library wrote private gets the user's umask
+            if info is not None:
+                follow_umask(staged / name if name else staged)
         target = self.path / rel
         if staged.is_dir() and os.path.lexists(target) and (target.is_symlink() or not target.is_dir()):
             raise WeMaskError(f"could not save {target}: something that is not a folder is in its place; move it away and --resume")
