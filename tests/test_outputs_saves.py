@@ -9,6 +9,7 @@ import shutil
 import threading
 from pathlib import Path
 
+import pytest
 from conftest import run_main
 from transformers import TrainerCallback
 
@@ -123,3 +124,34 @@ def test_no_output_replaces_a_file_of_an_input_folder(tmp_path, tiny_model_dir, 
         assert code == 2 and "Traceback" not in err, err
         assert "is an input of this command" in err.strip().splitlines()[-1], err
     assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+
+
+@pytest.mark.embedded
+def test_a_note_written_while_the_embedded_model_saves_survives_overwrite(tmp_path, monkeypatch, capsys):
+    """The issue's run: `sft $S --save-steps 1 -o race2 &`, a note written as checkpoint-1 appears, then the same
+    command with --overwrite. It deleted the note (recorded as wemask's); now the note is kept and named."""
+    folder = tmp_path / "race2"
+    stop, written = threading.Event(), []
+
+    def note_when_checkpoint_appears():
+        while not stop.is_set():
+            if (folder / "checkpoint-1").is_dir() or (folder / STAGING_NAME / "checkpoint-1").is_dir():
+                (folder / "notes.txt").write_text("notes")
+                written.append(folder / "notes.txt")
+                return
+            stop.wait(0.005)
+
+    args = ("sft", "--dataset", DATA, "--use-peft", "--max-length", "64", "--per-device-train-batch-size", "1", "--me-layer", "11",
+            "--mask-rate", "0.3", "--max-steps", "2", "--save-steps", "1", "-o", str(folder))
+    thread = threading.Thread(target=note_when_checkpoint_appears)
+    thread.start()
+    try:
+        code, _, err = run_main(monkeypatch, capsys, *args)
+    finally:
+        stop.set()
+        thread.join()
+    assert code == 0 and written, err
+    assert "notes.txt" not in recorded(folder)
+    code, _, err = run_main(monkeypatch, capsys, *args, "--overwrite")
+    assert code == 2 and "notes.txt" in err.strip().splitlines()[-1], err
+    assert (folder / "notes.txt").read_text() == "notes" and (folder / "metrics.json").is_file()
