@@ -83,15 +83,16 @@ def explicit_trl_args(parser, extra_args: list[str], stage_name: str) -> dict:
 
 
 def _refuse_repeats(parser, extra_args: list[str], stage_name: str) -> None:
-    """One TRL field given twice (`--max_steps 1 --max-steps 2`): refused, as argparse would silently keep the last."""
+    """One TRL field given under both spellings (`--max_steps 1 --max-steps 2`): refused, as argparse would silently
+    keep the last. The same spelling twice keeps argparse's rule (the last wins), as in any command line."""
     seen: dict[str, str] = {}
     for token in extra_args:
-        action = parser._option_string_actions.get(token.split("=")[0]) if token.startswith("--") else None
+        flag = token.split("=")[0]
+        action = parser._option_string_actions.get(flag) if token.startswith("--") else None
         if action is None:
             continue
-        if action.dest in seen:
-            raise WeMaskError(f"wemask {stage_name}: {seen[action.dest]} and {token.split('=')[0]} both set {action.dest}: give it once")
-        seen[action.dest] = token.split("=")[0]
+        if seen.setdefault(action.dest, flag) != flag:
+            raise WeMaskError(f"wemask {stage_name}: {seen[action.dest]} and {flag} both set {action.dest}: give it once")
 
 
 def _refuse_unknown(unknown: list[str], parser, stage_name: str) -> None:
