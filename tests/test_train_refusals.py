@@ -53,3 +53,10 @@ def test_dpo_pairs_that_continue_different_conversations_are_refused(tmp_path, m
 def test_a_trl_field_given_twice_is_refused(tmp_path, monkeypatch, capsys):
     code, line = sft(monkeypatch, capsys, tmp_path, "--max_steps", "1", "--max-steps", "2")  # sft() adds --max-steps 1 first
     assert code == 2 and line == "wemask: error: wemask sft: --max-steps and --max_steps both set max_steps: give it once", line
+
+
+def test_an_integer_written_with_an_exponent_in_a_recipe_says_how_to_write_it(tmp_path, monkeypatch, capsys):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("max_steps: 1e1\n")
+    code, line = sft(monkeypatch, capsys, tmp_path, "--config", str(recipe))
+    assert code == 2 and line.endswith("max_steps: '1e1' is not a valid value (an integer field: write 10)"), line

@@ -132,8 +132,17 @@ def coerce_trl_value(parser, recipe: Recipe, key: str, value):
             try:
                 return _converted(action.type, recipe, key, value)
             except (TypeError, ValueError):
-                raise WeMaskError(f"{recipe.where(key)}: {key}: {value!r} is not a valid value") from None
+                raise WeMaskError(f"{recipe.where(key)}: {key}: {value!r} is not a valid value{_integer_hint(action.type, value)}") from None
     return value
+
+
+def _integer_hint(convert, value) -> str:
+    """For an integer field given a whole number in exponent form (max_steps: 1e1): how to write it."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return ""
+    return f" (an integer field: write {int(number)})" if convert is int and number.is_integer() else ""
 
 
 def _converted(convert, recipe: Recipe, key: str, value):
