@@ -183,7 +183,7 @@ def test_f_a_refused_command_removes_the_folder_it_created(tmp_path, monkeypatch
     existing.mkdir()
     with pytest.raises(WeMaskError):
         sft(existing, tiny_model_dir, dataset=str(tmp_path / "missing.jsonl"))
-    assert existing.is_dir() and os.listdir(existing) == [MANIFEST_NAME]  # not created by the command: kept
+    assert existing.is_dir() and os.listdir(existing) == []  # not created by the command: kept, as it was
 
 
 def test_f_a_failure_after_writing_keeps_the_folder(tmp_path):

@@ -1,7 +1,7 @@
 """A property test: any sequence of runs (new, --resume, --overwrite; -o relative, absolute, `.` or a symlink),
 user edits (files and folders in the run folder, edited manifest entries, symlinks out of it) never loses a user
-byte. The training step is a stub writing like a trainer does (checkpoints through begin/end, the final save through
-writing()); the claim and the manifest code are the real ones."""
+byte. The training step is a stub writing like a trainer does (checkpoints and the final save staged, then moved in);
+the claim and the manifest code are the real ones."""
 
 from __future__ import annotations
 
@@ -48,16 +48,19 @@ def stub_run(base: Path, form: str, *, overwrite: bool, resume: bool, finish: bo
         done = [int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit()]
         for step in (max(done, default=0) + 1, max(done, default=0) + 2):
             name = f"checkpoint-{step}"
-            claim.begin(creating=name)
-            (out / name).mkdir(exist_ok=True)
-            (out / name / "state.json").write_text(json.dumps({"step": step}))
-            (out / "README.md").write_text(f"model card at {step}")  # a library writing next to the checkpoint
-            claim.end()
+            staged = claim.staging(name)  # a library saving where wemask tells it, then moved in
+            (staged / "state.json").write_text(json.dumps({"step": step}))
+            with contextlib.suppress(WeMaskError):  # the user replaced the checkpoint folder with a link: refused
+                claim.move_in(staged, name)
+            (out / "README.md").write_text(f"model card at {step}")  # a library writing next to the checkpoint, by name
+            claim.record("README.md")
         if not finish:
             return
-        with claim.writing():
-            (out / "model.bin").write_bytes(os.urandom(8))
-            (out / "metrics.json").write_text("{}")
+        staged = claim.staging("final")
+        (staged / "model.bin").write_bytes(os.urandom(8))
+        (staged / "metrics.json").write_text("{}")
+        for child in sorted(staged.iterdir()):
+            claim.move_in(child, child.name)
 
 
 def user_write(folder: Path, rel: str, data: bytes, user: dict) -> None:

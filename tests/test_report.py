@@ -69,7 +69,7 @@ def test_report_merges_three_runs(monkeypatch, capsys, three_runs, tmp_path):
     assert trained["train_loss"]["mode"] == "aware"
     assert set(trained) == {"train_loss", "final_loss"}  # bookkeeping numbers and None values are not metrics
     assert len(list(csv.DictReader(out_csv.open()))) == len(rows)
-    assert (runs / "report.png").read_bytes()[:4] == b"\x89PNG"  # next to the run directories
+    assert not list(tmp_path.rglob("report.png"))  # only the files asked for: no default plot beside --json/--csv
 
 
 def test_report_finds_eval_outputs_inside_run_directories_and_averages_seeds(tmp_path, trained_run):
@@ -110,17 +110,51 @@ def test_report_never_replaces_a_file_without_overwrite(monkeypatch, capsys, tmp
     run = tmp_path / "runs" / "r0.3"
     run.mkdir(parents=True)
     (run / "metrics.json").write_text(json.dumps({"stage": "sft", "mode": "aware", "mask_rate": 0.3, "train_loss": 2.5}))
-    default_png, out_json = tmp_path / "runs" / "report.png", tmp_path / "rows.json"
-    for path in (default_png, out_json):
-        path.write_text("keep")
-        others = [] if path == default_png else ["--json", str(out_json), "--no-plot"]
-        code, _, err = run_main(monkeypatch, capsys, "report", str(run), *others)
-        flag = "--plot" if path == default_png else "--json"
-        assert code == 2 and err == f"wemask: error: {flag} {path} exists: pass --overwrite to replace it, or choose another name\n"
-        assert path.read_text() == "keep"
+    out_json = tmp_path / "rows.json"
+    out_json.write_text("keep")
+    code, _, err = run_main(monkeypatch, capsys, "report", str(run), "--json", str(out_json))
+    assert code == 2 and err == f"wemask: error: --json {out_json} exists: pass --overwrite to replace it, or choose another name\n"
+    assert out_json.read_text() == "keep"
     code, _, err = run_main(monkeypatch, capsys, "report", str(run), "--json", str(out_json), "--overwrite")
     assert code == 0, err
-    assert default_png.read_bytes()[:4] == b"\x89PNG" and json.loads(out_json.read_text())[0]["run"] == str(run)
+    assert json.loads(out_json.read_text())[0]["run"] == str(run) and not list(tmp_path.rglob("*.png"))
+
+
+def test_report_writes_its_default_plot_only_inside_the_first_run_and_never_over_a_user_file(monkeypatch, capsys, tmp_path):
+    """`wemask report sub1/a sub2/b --csv table.csv --overwrite` replaced proj/report.png, the user's own."""
+    proj = tmp_path / "proj"
+    first, second = proj / "sub1" / "a", proj / "sub2" / "b"
+    for run, rate in ((first, 0.0), (second, 0.3)):
+        write_training_run(run, mask_rate=rate)
+    mine = proj / "report.png"
+    mine.write_text("the user's plot")
+    code, _, err = run_main(monkeypatch, capsys, "report", str(first), str(second), "--csv", str(proj / "table.csv"), "--overwrite")
+    assert code == 0, err
+    assert mine.read_text() == "the user's plot" and sorted(p.name for p in proj.rglob("*.png")) == ["report.png"]
+    for _ in range(2):  # the default plot (nothing else asked for): inside the first run, replaced with --overwrite
+        code, _, err = run_main(monkeypatch, capsys, "report", str(first), str(second), "--overwrite")
+        assert code == 0, err
+        assert (first / "report.png").read_bytes()[:4] == b"\x89PNG" and mine.read_text() == "the user's plot"
+    (second / "report.png").write_text("also the user's")
+    code, _, err = run_main(monkeypatch, capsys, "report", str(second), str(first), "--overwrite")
+    assert code == 2 and err.splitlines()[-1] == (
+        f"wemask: error: {second / 'report.png'} exists and wemask report did not write it: pass --plot PATH for the plot, or --no-plot"
+    )
+    assert (second / "report.png").read_text() == "also the user's"
+
+
+def test_report_goes_on_past_an_unreadable_run_and_sums_up_empty_folders(monkeypatch, capsys, tmp_path):
+    runs = tmp_path / "runs"
+    write_training_run(runs / "good", mask_rate=0.0)
+    (runs / "torn").mkdir()
+    (runs / "torn" / "metrics.json").write_text("{oops")
+    for i in range(40):
+        (runs / f"empty{i:02d}").mkdir()
+    code, out, err = run_main(monkeypatch, capsys, "report", *sorted(str(p) for p in runs.iterdir()), "--no-plot")
+    assert code == 0, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and "and 37 more: no metrics.json" in lines[0] and "cannot be read as JSON" in lines[1]
+    assert "train_loss" in out
 
 
 def test_report_skips_a_folder_without_metrics_and_goes_on(monkeypatch, capsys, tmp_path):

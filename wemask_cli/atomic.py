@@ -36,6 +36,13 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write(path, lambda temporary: Path(temporary).write_text(text, encoding="utf-8"))
 
 
+def follow_umask(path: str | Path) -> None:
+    """Give a file another library wrote private (0600: safetensors' save_file does) the user's umask, as every other
+    file of a run has."""
+    if os.stat(path).st_mode & 0o777 == 0o600:
+        os.chmod(path, 0o666 & ~umask())
+
+
 def umask() -> int:
     """The process umask (read without changing it)."""
     current = os.umask(0o022)

@@ -3,10 +3,11 @@ file and the tensor, before anything runs with it. One pass per floating tensor 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from pathlib import Path
 
-from .errors import WeMaskError
+from .errors import WeMaskError, first_line
 
 
 class NonFiniteWeights(WeMaskError):
@@ -48,13 +49,25 @@ def require_finite(tensors: dict, where: str, error: type[WeMaskError] = NonFini
         raise error(refusal(where, name))
 
 
+def check_temperature(value: float) -> None:
+    """--temperature (infer, eval): 0 (greedy) or a positive finite number; NaN and infinity are refused."""
+    if not math.isfinite(value) or value < 0:
+        raise WeMaskError(f"--temperature {value:g} is not valid: use 0 (greedy) or a positive number to sample")
+
+
 def require_finite_file(path: Path) -> None:
     """Refuse a safetensors file (a LoRA adapter, ...) holding a non-finite tensor; a missing file is left to its reader."""
     if not path.is_file():
         return
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    require_finite(load_file(str(path)), str(path))
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError) as err:
+        raise WeMaskError(f"{path} cannot be read ({first_line(err, 120)}): it is truncated or damaged; save it again or "
+                          "restore it from a copy") from None
+    require_finite(tensors, str(path))
 
 
 def require_finite_model(model, weights_from: str) -> None:

@@ -19,8 +19,9 @@ from torch import nn
 from .atomic import atomic_write_text
 from .cache import cache_dir
 from .method import locate as method
-from .method.arch import base_model, model_type
+from .method.arch import base_model, decoder_layers, model_type
 from .models import LoadedModel
+from .progress import warn
 from .prompts import encode
 
 CACHE_VERSION = 1  # bump when the detection rule changes
@@ -72,14 +73,37 @@ def cache_key(loaded: LoadedModel, token_ids: list[list[int]]) -> str:
     return digest.hexdigest()[:32]
 
 
+def entry_check(key: str, me_layer) -> str:
+    """The digest a cache entry carries of its key and answer: an entry edited by hand no longer matches it."""
+    return hashlib.sha256(f"{key}:{me_layer!r}".encode()).hexdigest()[:16]
+
+
+def read_entry(path: Path, key: str, layers: int) -> tuple[bool, int | None]:
+    """(found, ME layer) of a cache file; an entry that is not one wemask wrote for this key (edited, torn, out of
+    range) is ignored with a warning naming the file (the caller locates again and replaces it)."""
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return False, None
+    except (OSError, ValueError):
+        record = None
+    layer = record.get("me_layer") if isinstance(record, dict) else "?"
+    valid = layer is None or (isinstance(layer, int) and not isinstance(layer, bool) and 0 <= layer < layers)
+    if valid and isinstance(record, dict) and record.get("check") == entry_check(key, layer):
+        return True, layer
+    warn(f"--me-layer auto: ignoring the locate cache entry {path} (me_layer {layer!r} is not what wemask recorded for "
+         f"this model of {layers} layers): locating again")
+    return False, None
+
+
 def cached_me_layer(loaded: LoadedModel) -> int | None:
     """The model's ME layer (None: no massive activation), located once on FAST_PROMPTS and then cached."""
     token_ids = encode(loaded.tokenizer, list(FAST_PROMPTS), max_length=128)
-    path = cache_dir() / "locate" / f"{cache_key(loaded, token_ids)}.json"
-    try:
-        return json.loads(path.read_text())["me_layer"]
-    except (OSError, ValueError, KeyError):
-        pass
+    key = cache_key(loaded, token_ids)
+    path = cache_dir() / "locate" / f"{key}.json"
+    found, layer = read_entry(path, key, len(decoder_layers(loaded.model)))
+    if found:
+        return layer
     result = method.locate(loaded.model, token_ids, batch_size=len(token_ids), pad_id=loaded.tokenizer.pad_token_id or 0)
     detection = result.detection
     record = {
@@ -87,6 +111,7 @@ def cached_me_layer(loaded: LoadedModel) -> int | None:
         "confidence": detection.confidence,
         "agreement": f"{detection.agree}/{detection.total}",
         "source": loaded.source,
+        "check": entry_check(key, detection.me_layer),
     }
     atomic_write_text(path, json.dumps(record))
     return detection.me_layer

@@ -129,6 +129,20 @@ def resolve_source(spec: str | None) -> str:
     return spec
 
 
+def model_inputs(spec: str | None) -> list[tuple[str, str]]:
+    """(flag, local path) of what --model reads, which no output may replace: its folder or .gguf file, a LoRA
+    adapter's base folder, and wemask's cache (the embedded model, converted .gguf files, the locate cache)."""
+    found = [("--model", spec)] if spec not in (None, "", "default") else []
+    adapter = Path(spec).expanduser() / ADAPTER_CONFIG_FILE if found else None
+    if adapter is not None and adapter.is_file():
+        try:
+            base = json.loads(adapter.read_text()).get("base_model_name_or_path")
+        except (OSError, ValueError, AttributeError):
+            base = None  # load_model names the problem
+        found += [("the base model of --model", base)] if isinstance(base, str) else []
+    return [*found, ("wemask's cache", str(cache_dir()))]
+
+
 def hidden_size(spec: str | None) -> int | None:
     """The hidden size a local model (or a LoRA adapter's base) states in its config, read without its weights;
     None for a hub id or a config that does not say."""
@@ -141,17 +155,19 @@ def hidden_size(spec: str | None) -> int | None:
     from transformers import AutoConfig
 
     try:
-        config = AutoConfig.from_pretrained(source)
-    except (OSError, ValueError):  # load_model names the problem
+        config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+    except (OSError, ValueError):  # load_model names the problem (code it ships runs only there, with the flag)
         return None
     return getattr(config.get_text_config(), "hidden_size", None)
 
 
 def from_pretrained_options(weights_from: str, torch_dtype, quantization: str | None, pretrained: dict | None):
-    """(the tokenizer's hub options, the model's from_pretrained keyword arguments) for load_model."""
+    """(the tokenizer's hub options, the model's from_pretrained keyword arguments) for load_model. trust_remote_code
+    is always given, True or False: left out, transformers would ask on stdin (and `yes |` would answer)."""
     options = {k: v for k, v in (pretrained or {}).items() if v is not None}
     quant = quantization_config(quantization, options.pop("quant_type", "nf4"), options.pop("nested", True))
-    hub = {k: options.pop(k) for k in ("revision", "trust_remote_code") if k in options}
+    hub = {k: options.pop(k) for k in ("revision",) if k in options}
+    hub["trust_remote_code"] = bool(options.pop("trust_remote_code", False))
     kwargs = {"dtype": torch_dtype, **hub, **options}
     if hub.get("trust_remote_code"):
         progress.warn(f"--trust-remote-code: running the Python code that {weights_from} ships (only for sources you trust)")
@@ -278,6 +294,16 @@ def load_tokenizer_and_model(spec: str | None, tokenizer_from: str, weights_from
     except (*LOAD_ERRORS, RuntimeError) as err:
         if isinstance(err, RuntimeError) and "ignore_mismatched_sizes" not in str(err):
             raise  # of RuntimeErrors only transformers' "the weights do not fit config.json" is the user's files
+        if isinstance(err, ValueError) and "trust_remote_code" in str(err) and not hub.get("trust_remote_code"):
+            raise WeMaskError(
+                f"--model {spec or weights_from} ships its own Python code (an auto_map in its config.json), which wemask "
+                "runs only with --trust-remote-code: pass it if you trust the source (a run trained with it needs it again)"
+            ) from None
+        if Path(weights_from).is_dir():
+            raise WeMaskError(
+                f"could not load model {spec!r} from {weights_from} ({first_line(err)}): its files are incomplete or "
+                "damaged (a truncated or interrupted save?); save or download the model again"
+            ) from None
         raise WeMaskError(
             f"could not load model {spec!r} ({first_line(err)}); a hub id needs network access (or a filled HF cache): "
             "pass a local model directory or .gguf file, or omit --model for the embedded SmolLM2-135M-Instruct"

@@ -7,6 +7,7 @@ One module per command registers it (`register(app)`); each imports its work ins
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import Annotated
 
@@ -106,12 +107,20 @@ def usage_error(err: Exception) -> None:
         print(f"wemask: error: {message} (see '{command} --help')", file=sys.stderr)
 
 
+def _terminated(signum, frame) -> None:
+    """SIGTERM (a scheduler, `kill`): unwind as on an error, so the lock is released and a folder the command created
+    and left empty is removed; exit 143."""
+    print("wemask: terminated (SIGTERM)", file=sys.stderr)
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     """Entry point: user errors become one line on stderr and exit code 2; Ctrl-C one line and exit 130."""
     from .. import progress
     from ..compat.notices import library_notices_quiet
     from ..render.common import RichReporter
 
+    signal.signal(signal.SIGTERM, _terminated)  # training replaces it while it trains (save, then stop)
     try:
         quiet_libraries()
         progress.set_reporter(RichReporter())

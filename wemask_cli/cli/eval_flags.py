@@ -20,6 +20,7 @@ from .options import (
     SelectOpt,
     StrengthOpt,
     TokensOpt,
+    TrustRemoteCodeOpt,
     VllmMemoryOpt,
 )
 
@@ -111,6 +112,7 @@ def eval_(
     base_quantization: BaseQuantizationOpt = "recorded",
     engine: EngineOpt = "transformers",
     vllm_memory: VllmMemoryOpt = None,
+    trust_remote_code: TrustRemoteCodeOpt = False,
 ):
     """`wemask eval` (its help: cli/eval.py's EVAL_HELP)."""
     from ..commands.eval import EvalRequest, run_eval
@@ -124,6 +126,7 @@ def eval_(
         model=model, mask=MaskRequest.parse(mask_rates, me_layer, select, layers, strength, tokens), output=output,
         overwrite=overwrite, dtype=dtype, base_quantization=base_quantization, lm_eval_tasks=lm_eval_tasks, lm_eval_include=lm_eval_include,
         quantize=quantize, fp4_block_size=fp4_block_size, smoothquant=smoothquant, engine=engine, vllm_memory=vllm_memory,
+        trust_remote_code=trust_remote_code,
         settings=EvalSettings(
             task=task, data=data, split=split, data_config=data_config, text_field=text_field, question_field=question_field,
             choices_field=choices_field, answer_field=answer_field, window=window, stride=stride, limit=limit,

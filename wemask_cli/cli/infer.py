@@ -21,6 +21,7 @@ from .options import (
     SelectOpt,
     StrengthOpt,
     TokensOpt,
+    TrustRemoteCodeOpt,
     VllmMemoryOpt,
 )
 
@@ -47,6 +48,7 @@ def infer(
     overwrite: ReplaceOpt = False,
     engine: EngineOpt = "transformers",
     vllm_memory: VllmMemoryOpt = None,
+    trust_remote_code: TrustRemoteCodeOpt = False,
 ):
     """Generate with and without WeMask; several --mask-rate values are shown side by side (one model load).
 
@@ -62,7 +64,7 @@ def infer(
         model=model, mask=MaskRequest.parse(mask_rate, me_layer, select, layers, strength, tokens),
         settings=GenerationSettings(max_new_tokens, temperature, top_p, seed, batch_size, chat_template), prompts=prompt,
         input=input, output=output, overwrite=overwrite, dtype=dtype, base_quantization=base_quantization, engine=engine,
-        vllm_memory=vllm_memory,
+        vllm_memory=vllm_memory, trust_remote_code=trust_remote_code,
     )
     records = run_infer_command(request)
     console.print(completions_table(records))

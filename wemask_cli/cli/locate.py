@@ -9,7 +9,7 @@ import typer
 
 from ..prompts import PROMPT_FILE_LAYOUTS
 from ..ranks import main_only
-from .options import BaseQuantizationOpt, DtypeOpt, ModelOpt, ReplaceOpt
+from .options import BaseQuantizationOpt, DtypeOpt, ModelOpt, ReplaceOpt, TrustRemoteCodeOpt
 
 
 def locate(
@@ -29,6 +29,7 @@ def locate(
     dtype: DtypeOpt = "auto",
     base_quantization: BaseQuantizationOpt = "recorded",
     overwrite: ReplaceOpt = False,
+    trust_remote_code: TrustRemoteCodeOpt = False,
 ):
     """Find the ME layer (0-based): where the first token's norm jumps by an order of magnitude, written by the FFN.
 
@@ -44,7 +45,7 @@ def locate(
     request = LocateRequest(
         model=model, prompts=prompts, dataset=dataset, text_field=text_field, num_prompts=num_prompts, max_length=max_length,
         batch_size=batch_size, mask_rates=parse_mask_rates(",".join(mask_rate)) if mask_rate else [], json_out=json_out,
-        plot=plot, dtype=dtype, base_quantization=base_quantization, overwrite=overwrite,
+        plot=plot, dtype=dtype, base_quantization=base_quantization, overwrite=overwrite, trust_remote_code=trust_remote_code,
     )
     report, written = run_locate_command(request, plot=locate_plot)
     console.print(locate_table(report, console.width))

@@ -49,6 +49,11 @@ VllmMemoryOpt = Annotated[
     typer.Option(help="--engine vllm: GiB of KV cache on CPU (default: sized from the job, or VLLM_CPU_KVCACHE_SPACE), "
                  "share of the GPU on GPU (default: vLLM's 0.9)."),
 ]
+TrustRemoteCodeOpt = Annotated[
+    bool,
+    typer.Option("--trust-remote-code", help="Run the Python code the model ships (an auto_map in its config.json), as a run "
+                 "trained with it needs; only for a source you trust. Off by default, and never asked on stdin."),
+]
 EngineOpt = Annotated[
     str,
     typer.Option(help="transformers (default: hooks, every feature) | vllm (the same mask in vLLM; needs `pip install wemask-cli[vllm]`)."),

@@ -14,7 +14,10 @@ def report(
     dirs: Annotated[list[Path], typer.Argument(help="Run directories with metrics.json (their sub-directories are searched too).")],
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the merged rows as JSON.")] = None,
     csv_out: Annotated[Path | None, typer.Option("--csv", help="Write the merged rows as CSV.")] = None,
-    plot: Annotated[Path | None, typer.Option(help="PNG path (default report.png next to the run directories).")] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(help="PNG path (default, when neither --json nor --csv is given: report.png inside the first run directory)."),
+    ] = None,
     no_plot: Annotated[bool, typer.Option("--no-plot", help="Skip the PNG.")] = False,
     overwrite: ReplaceOpt = False,
 ):
@@ -25,7 +28,7 @@ def report(
     own line, named by what differs. A run without a mask is 'plain', the dashed baseline. A directory without
     metrics.json is skipped with one line.
     """
-    from ..commands.report import gather, plan_report, write_rows
+    from ..commands.report import gather, plan_report, record_default_plot, write_rows
     from ..render.common import console, err_console
     from ..render.report import report_png, report_tables
 
@@ -36,6 +39,7 @@ def report(
     written = write_rows(rows, json_out, csv_out)
     if plot:
         written.append(report_png(rows, plot))
+        record_default_plot(plot)
     if written:
         err_console.print(f"Wrote {', '.join(str(p) for p in written)}")
 

@@ -7,6 +7,7 @@ quantization settings (wemask_cli.eval.quantize); every variant is applied to th
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -39,6 +40,7 @@ class EvalRequest:
     smoothquant: float | None = None
     engine: str = "transformers"  # or "vllm" (wemask_cli.engines.vllm)
     vllm_memory: float | None = None  # --vllm-memory: GiB of KV cache on CPU, a share of the GPU
+    trust_remote_code: bool = False
 
 
 def make_task(request: EvalRequest):
@@ -61,15 +63,18 @@ def make_task(request: EvalRequest):
     return task_class(settings.task).create(settings, request)
 
 
-def default_output(task: str, root: Path = DEFAULT_ROOT) -> Path:
-    """runs/eval/TASK-TIME, created exclusively: two runs started in the same second get -2, -3, ... suffixes."""
+def default_output(task: str, root: Path = DEFAULT_ROOT) -> tuple[Path, list[Path]]:
+    """runs/eval/TASK-TIME, created exclusively: two runs started in the same second get -2, -3, ... suffixes.
+    Returns it and the folders created for it (deepest first: a failed run removes them again)."""
     check_writable(root, is_dir=True, flag="--output")
     base = root / f"{task}-{time.strftime('%Y%m%d-%H%M%S')}"
     for attempt in range(1, 1000):
         candidate = base if attempt == 1 else base.with_name(f"{base.name}-{attempt}")
+        absolute = Path(os.path.abspath(candidate))
+        missing = [p for p in (absolute, *absolute.parents) if not os.path.lexists(p)]
         try:
             candidate.mkdir(parents=True)
-            return candidate
+            return candidate, missing
         except FileExistsError:
             continue
     raise WeMaskError(f"could not create a fresh folder next to {base}: pass --output DIR")
@@ -115,11 +120,13 @@ def run_eval(request: EvalRequest, plot: Callable[[dict, Path], Path] | None = N
         parse_schemes(request.quantize, block_size=request.fp4_block_size, smoothquant=request.smoothquant)  # before loading
     elif request.smoothquant is not None:
         raise WeMaskError("--smoothquant migrates activation scale before quantizing: add --quantize (e.g. none,w4a4)")
-    output = Path(request.output).expanduser() if request.output else default_output(task.name)
+    output, created = (Path(request.output).expanduser(), []) if request.output else default_output(task.name)
     if request.overwrite:
-        inputs = [("--model", request.model), ("--data", task.settings.data), ("--lm-eval-include", request.lm_eval_include)]
+        from ..models import model_inputs
+
+        inputs = [*model_inputs(request.model), ("--data", task.settings.data), ("--lm-eval-include", request.lm_eval_include)]
         check_inputs_outside(output, inputs, flag="--output")
-    with claim_output_dir(output, overwrite=request.overwrite, kind="eval", flag="--output") as claim:
+    with claim_output_dir(output, overwrite=request.overwrite, kind="eval", flag="--output", created=created) as claim:
         data = task.load()
         sweep, loaded = evaluate(request, task, data)
         claim.clear()  # --overwrite: the previous output goes only after the data and the model were read
@@ -151,7 +158,8 @@ def evaluate(request: EvalRequest, task, data):
             loaded, configs = load_vllm(request.model, request.dtype, request.mask, VllmJob(memory=request.vllm_memory))
     else:
         with status("Loading model..."):
-            loaded = models.load_model(request.model, dtype=request.dtype, quantization=request.base_quantization)
+            loaded = models.load_model(request.model, dtype=request.dtype, quantization=request.base_quantization,
+                                       pretrained={"trust_remote_code": request.trust_remote_code})
         configs = request.mask.configs(loaded)
     prepared = task.prepare(loaded.tokenizer, data, context_length(loaded.model))
     axes = [wemask_axis(configs)] + quantize_axes(request, prepared)

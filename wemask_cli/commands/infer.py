@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..engines import ENGINES, engine_of
 from ..errors import WeMaskError
+from ..finite import check_temperature
 from ..method.config import WeMaskConfig
 from ..outputs import atomic_write_text, dumps_strict
 from ..prompts import context_length, encode_left_truncated, read_prompt_file, warn_truncated
@@ -25,8 +26,7 @@ class GenerationSettings:
 
     def __post_init__(self) -> None:
         """Check the flags before any model is loaded."""
-        if self.temperature < 0:
-            raise WeMaskError(f"--temperature {self.temperature:g} is not valid: use 0 (greedy) or a positive number to sample")
+        check_temperature(self.temperature)
         if not 0 < self.top_p <= 1:
             raise WeMaskError(f"--top-p {self.top_p:g} is out of range: use a number in (0, 1]")
         for flag, value in (("--batch-size", self.batch_size), ("--max-new-tokens", self.max_new_tokens)):
@@ -104,7 +104,8 @@ def masked(model, config: WeMaskConfig | None):
         handle.remove()
 
 
-def load_for_infer(model: str | None, dtype: str, request, engine: str = "transformers", job=None, base_quantization: str = "recorded"):
+def load_for_infer(model: str | None, dtype: str, request, engine: str = "transformers", job=None, base_quantization: str = "recorded",
+                   trust_remote_code: bool = False):
     """(LoadedModel, the WeMask configs to run) on the chosen engine; vLLM checks what it cannot run first and
     sizes its memory for `job` (engines.vllm.memory.VllmJob)."""
     if engine not in ENGINES:
@@ -115,7 +116,7 @@ def load_for_infer(model: str | None, dtype: str, request, engine: str = "transf
         return load_vllm(model, dtype, request, job)
     from ..models import load_model
 
-    loaded = load_model(model, dtype=dtype, quantization=base_quantization)
+    loaded = load_model(model, dtype=dtype, quantization=base_quantization, pretrained={"trust_remote_code": trust_remote_code})
     return loaded, request.configs(loaded)
 
 
@@ -153,21 +154,24 @@ class InferRequest:
     base_quantization: str = "recorded"  # models.BASE_QUANTIZATIONS
     engine: str = "transformers"
     vllm_memory: float | None = None  # --vllm-memory: GiB of KV cache on CPU, a share of the GPU
+    trust_remote_code: bool = False
 
 
 def infer(request: InferRequest) -> list[dict]:
     """The whole command: --output and the prompts checked before the model loads, every prompt generated at every
     setting, --output written. Returns the records (the CLI renders them)."""
+    from ..models import model_inputs
     from ..outputs import check_output_file
     from ..progress import status
 
     if request.output is not None:
-        check_output_file(request.output, overwrite=request.overwrite, flag="--output", inputs=[("--input", request.input)])
+        inputs = [*model_inputs(request.model), ("--input", request.input)]
+        check_output_file(request.output, overwrite=request.overwrite, flag="--output", inputs=inputs)
     prompts = read_prompts(request.prompts, request.input)
     engine = request.engine
     with status("Loading model..." if engine == "transformers" else f"Loading model in {engine}..."):
         loaded, configs = load_for_infer(request.model, request.dtype, request.mask, engine, vllm_job(request, prompts),
-                                         request.base_quantization)  # torch: once inputs are good
+                                         request.base_quantization, request.trust_remote_code)  # torch: once inputs are good
     with status(f"Generating {len(prompts)} prompt(s) x {len(configs)} setting(s)..."):
         records = run_infer(loaded, prompts, configs, request.settings)
     if request.output:

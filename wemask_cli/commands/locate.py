@@ -280,24 +280,26 @@ class LocateRequest:
     dtype: str = "auto"
     base_quantization: str = "recorded"  # models.BASE_QUANTIZATIONS
     overwrite: bool = False
+    trust_remote_code: bool = False
 
 
 def locate(request: LocateRequest, plot: Callable[[dict, Path], Path] | None = None) -> tuple[dict, list[Path]]:
     """The whole command: outputs and prompts checked before the model loads, the report measured, --json written and
     --plot drawn by `plot` (the CLI's renderer). Returns (the report, the files written)."""
-    from ..models import load_model
+    from ..models import load_model, model_inputs
     from ..outputs import atomic_write_json, check_output_file
     from ..progress import status, task
 
     if request.plot is not None and request.plot.suffix.lower() != ".png":
         raise WeMaskError(f"--plot {request.plot}: the plot is a PNG, give a file name ending in .png")
-    inputs = [("--prompts", request.prompts), ("--dataset", request.dataset)]
+    inputs = [*model_inputs(request.model), ("--prompts", request.prompts), ("--dataset", request.dataset)]
     for path, flag in ((request.json_out, "--json"), (request.plot, "--plot")):
         if path is not None:
             check_output_file(path, overwrite=request.overwrite, flag=flag, inputs=inputs)
     texts = load_prompts(request.prompts, request.dataset, request.text_field, request.num_prompts)
     with status("Loading model..."):
-        loaded = load_model(request.model, dtype=request.dtype, quantization=request.base_quantization)
+        loaded = load_model(request.model, dtype=request.dtype, quantization=request.base_quantization,
+                            pretrained={"trust_remote_code": request.trust_remote_code})
     with task("Measuring layers (prompts)", len(texts) * (1 + len(request.mask_rates))) as advance:
         report = run_locate(loaded, texts, max_length=request.max_length, batch_size=request.batch_size,
                             mask_rates=request.mask_rates, progress=advance)

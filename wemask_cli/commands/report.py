@@ -19,11 +19,20 @@ import csv
 import io
 import json
 import math
+import os
 import statistics
 from pathlib import Path
 
 from ..errors import WeMaskError
-from ..outputs import METRICS_FILE, RUN_RECORD_FILE, atomic_write_json, atomic_write_text, check_output_file
+from ..outputs import (
+    METRICS_FILE,
+    Manifest,
+    atomic_write_json,
+    atomic_write_text,
+    check_output_file,
+    check_writable,
+    record_written,
+)
 from ..progress import say
 from .report_settings import (
     eval_settings,
@@ -119,6 +128,13 @@ def flat_metrics(document: dict) -> dict[str, float]:
     return metrics
 
 
+SHOWN = 3  # names or reasons listed in one line before "and N more"
+
+
+def listing(names: list[str]) -> str:
+    return ", ".join(names[:SHOWN]) + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+
+
 def run_label(path: Path, root: Path) -> str:
     """How a run is named in the table: the directory as given (plus the sub-directory it was found in)."""
     return str(root) if path.parent == root else str(root / path.parent.name)
@@ -126,24 +142,33 @@ def run_label(path: Path, root: Path) -> str:
 
 def gather(directories: list[Path]) -> list[dict]:
     """The long rows of every metrics.json under these directories, each named by its run and its line (the
-    settings that differ from the other runs'). A directory without metrics.json is skipped with one line."""
+    settings that differ from the other runs'). Directories without metrics.json are skipped with one line, an
+    unreadable metrics.json with one line each (the first few)."""
     if not directories:
         raise WeMaskError("no run directory given: wemask report DIR [DIR...]")
-    pairs, empty = [], []
+    pairs, empty, unreadable = [], [], []
     for directory in directories:
         found = find_metrics(Path(directory))
         if not found:
             empty.append(str(directory))
         for path in found:
             run = run_label(path, Path(directory))
-            pairs += [(settings, {"run": run, **row}) for settings, row in result_rows(read_document(path), path)]
+            try:
+                pairs += [(settings, {"run": run, **row}) for settings, row in result_rows(read_document(path), path)]
+            except WeMaskError as err:
+                unreadable.append(str(err))
     if empty:
-        shown = ", ".join(empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")
-        say(f"skipping {shown}: no {METRICS_FILE} in {'it' if len(empty) == 1 else 'them'} or {'its' if len(empty) == 1 else 'their'} sub-directories")
+        say(f"skipping {listing(empty)}: no {METRICS_FILE} in {'it' if len(empty) == 1 else 'them'} or "
+            f"{'its' if len(empty) == 1 else 'their'} sub-directories")
+    for why in unreadable[:SHOWN]:
+        say(f"skipping {why}")
+    if len(unreadable) > SHOWN:
+        say(f"skipping {len(unreadable) - SHOWN} more unreadable {METRICS_FILE} files")
     if not pairs:
+        reasons = f" ({unreadable[0]})" if unreadable else ""
         raise WeMaskError(
-            f"no {METRICS_FILE} in {', '.join(str(d) for d in directories)}: give run directories written by "
-            "`wemask eval --output DIR` or a training command"
+            f"no {'readable ' if unreadable else ''}{METRICS_FILE} in {listing([str(d) for d in directories])}{reasons}: give run directories "
+            "written by `wemask eval --output DIR` or a training command"
         )
     names = line_names([settings for settings, _ in pairs], [row["mask_rate"] for _, row in pairs])
     return [
@@ -190,33 +215,48 @@ def write_rows(rows: list[dict], json_out: Path | None, csv_out: Path | None) ->
     return written
 
 
-def default_plot_path(directories: list[Path]) -> Path:
-    """report.png in the directory that holds the runs (runs/ for `wemask report runs/*`)."""
-    import os
-
-    parents = [str(Path(d).resolve().parent) for d in directories]
-    return Path(os.path.commonpath(parents)) / "report.png"
+DEFAULT_PLOT = "report.png"  # written inside the first run directory when no output is asked for
 
 
 def report_inputs(directories: list[Path]) -> list[tuple[str, Path]]:
-    """The files the report reads: each run's metrics.json and the run record beside it."""
-    found = [m for d in directories for m in (*Path(d).glob(METRICS_FILE), *Path(d).glob(f"*/{METRICS_FILE}"))]
-    return [("a run's file", path) for m in found for path in (m, m.parent / RUN_RECORD_FILE)]
+    """What the report reads: the run directories (each run's files, its metrics.json and run record inside)."""
+    return [("a run directory", Path(d)) for d in directories]
+
+
+def check_default_plot(folder: Path, overwrite: bool) -> Path:
+    """The default plot, report.png inside the first run directory: refused when a report.png there is not one an
+    earlier report wrote (the run's manifest shows it unchanged), or is without --overwrite."""
+    path = folder / DEFAULT_PLOT
+    if os.path.lexists(path):
+        manifest = Manifest.read(folder)
+        if manifest is None or manifest.plan(DEFAULT_PLOT).files != [DEFAULT_PLOT]:
+            raise WeMaskError(f"{path} exists and wemask report did not write it: pass --plot PATH for the plot, or --no-plot")
+        check_output_file(path, overwrite=overwrite, flag="the default plot (--plot)")
+    check_writable(path, is_dir=False, flag="the default plot (--plot)")
+    return path
 
 
 def plan_report(
     directories: list[Path], json_out: Path | None, csv_out: Path | None, plot: Path | None, no_plot: bool, overwrite: bool
 ) -> tuple[list[Path], Path | None]:
     """Before reading anything: the run directories (files skipped with a line) and the plot path; every output
-    file checked (new, or --overwrite; writable)."""
+    file checked (new, or --overwrite; writable; never one of the runs' files). Only the files asked for are
+    written; with none asked for, one plot, report.png inside the first run directory."""
     skipped = [d for d in directories if Path(d).is_file()]
     for path in skipped:
         say(f"skipping {path}: a file, not a run directory")
     directories = [Path(d) for d in directories if not Path(d).is_file()]
     if not directories and skipped:
         raise WeMaskError("every argument is a file: give run directories holding metrics.json")
-    plot = None if no_plot or not directories else plot or default_plot_path(directories)
     for path, flag in ((json_out, "--json"), (csv_out, "--csv"), (plot, "--plot")):
         if path is not None:
             check_output_file(path, overwrite=overwrite, flag=flag, inputs=report_inputs(directories))
+    if plot is None and not (no_plot or json_out or csv_out) and directories and directories[0].is_dir():
+        plot = check_default_plot(directories[0], overwrite)
     return directories, plot
+
+
+def record_default_plot(path: Path) -> None:
+    """A plot named as the default is listed in its folder's manifest, as wemask's: the next report may replace it."""
+    if path.name == DEFAULT_PLOT:
+        record_written(path.parent, DEFAULT_PLOT)

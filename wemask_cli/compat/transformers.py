@@ -3,6 +3,8 @@
 - `PreTrainedModel._keys_to_ignore_on_save`: the state-dict keys `save_pretrained` drops. The tensors interventions
   add live in interventions.safetensors only, so model.safetensors holds the base architecture alone
   (interventions/installation.py); `save_pretrained(state_dict=...)` cannot say this for the Trainer's own saves.
+- `Trainer._save_checkpoint(model, trial)`, which writes a checkpoint into `_get_output_dir(trial)`/checkpoint-N and
+  rotates checkpoints there: wemask's staged saves wrap it (train/saving.py).
 """
 
 from __future__ import annotations
@@ -29,15 +31,23 @@ def set_ignored_on_save(model, keys: set[str]) -> None:
     model._keys_to_ignore_on_save = set(keys)
 
 
+def checkpoint_save(trainer):
+    """The trainer's bound `_save_checkpoint`, checked to exist together with the `_get_output_dir` it writes under."""
+    require(LIBRARY, type(trainer), "_get_output_dir", params=("trial",), verified=VERIFIED)
+    return require(LIBRARY, trainer, "_save_checkpoint", params=("model", "trial"), verified=VERIFIED)
+
+
 def check() -> None:
     """What this module reads and writes is there, and `save_pretrained` still drops the keys it lists (the canary in
     tests/test_compat.py calls this)."""
     import inspect
 
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedModel, Trainer
 
     require(LIBRARY, PreTrainedModel, "_keys_to_ignore_on_save", verified=VERIFIED)
     if "_keys_to_ignore_on_save" not in inspect.getsource(PreTrainedModel.save_pretrained):
         from . import incompatible
 
         raise incompatible(LIBRARY, "PreTrainedModel.save_pretrained no longer reads _keys_to_ignore_on_save", VERIFIED)
+    require(LIBRARY, Trainer, "_get_output_dir", params=("trial",), verified=VERIFIED)
+    require(LIBRARY, Trainer, "_save_checkpoint", params=("model", "trial"), verified=VERIFIED)

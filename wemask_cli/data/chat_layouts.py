@@ -135,6 +135,22 @@ def _conversation(row: dict, index: int, labels, where: str) -> list[dict]:
     return messages
 
 
+def _check_turn_order(messages: list[dict], needs_reply: bool, index: int, labels, where: str) -> None:
+    """A conversation opens with a human turn (after any system turn), never has two human turns in a row, and (for
+    training on it, `needs_reply`) holds an assistant turn."""
+    roles = [m["role"] for m in messages if m["role"] != "system"]
+    problem = None
+    if not roles or roles[0] != "user":
+        problem = f"it opens with {'an assistant' if roles and roles[0] == 'assistant' else 'a ' + (roles[0] if roles else 'system')} turn, not a human one"
+    elif any(a == b == "user" for a, b in zip(roles, roles[1:])):
+        problem = "two human turns in a row"
+    elif needs_reply and "assistant" not in roles:
+        problem = "it has no assistant (gpt) turn to train on"
+    if problem:
+        raise WeMaskError(f"{where} {_label(index, labels)}: the conversation's turns are out of order ({problem}): "
+                          "ShareGPT alternates human and gpt turns, starting with human")
+
+
 def _reply(value, side: str, index: int, labels, where: str) -> list[dict]:
     turns = value if isinstance(value, list) else [value]
     if not turns:
@@ -148,6 +164,8 @@ def adapt_sharegpt(stage: str, dataset, labels: list[str] | None, where: str):
         return None
     rows = dataset.to_list()
     conversations = [_conversation(row, i, labels, where) for i, row in enumerate(rows)]
+    for i, conversation in enumerate(conversations):
+        _check_turn_order(conversation, stage == "sft", i, labels, where)
     if stage == "sft":
         return _from_columns(messages=conversations), SHAREGPT_SFT
     if stage == "dpo":

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..errors import WeMaskError
 from .folders import load_folder
-from .readers import LOCAL_SUFFIXES, load_file
+from .readers import LOCAL_SUFFIXES, load_file, not_a_file
 
 
 def load_local(path: Path, split: str | None, where: str, config: str | None = None):
@@ -14,7 +14,7 @@ def load_local(path: Path, split: str | None, where: str, config: str | None = N
     if path.is_dir():
         return load_folder(path, split, where, config)
     if not path.is_file():
-        raise WeMaskError(f"{where} {path}: no such file")
+        raise not_a_file(path, where)
     suffix = path.suffix.lower()
     if suffix not in LOCAL_SUFFIXES:
         raise WeMaskError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 from pathlib import Path
 
@@ -60,11 +61,18 @@ def read_text(path: Path, what: str) -> str:
     return _decode(path, what)[0]
 
 
+def not_a_file(path: Path, what: str) -> WeMaskError:
+    """The error for a data path that is not a regular file: missing, or a pipe, socket or device."""
+    if os.path.exists(path):
+        return WeMaskError(f"{what} {path} is not a regular file (a pipe, socket or device): save the data to a file and give that")
+    return WeMaskError(f"{what} {path}: no such file")
+
+
 def read_text_file(path, what: str = "--data") -> tuple[str, str]:
     """(text, reader name) of a plain text file of any name (LICENSE, notes.md); binary content is refused."""
     path = Path(path).expanduser()
-    if not path.exists():
-        raise WeMaskError(f"{what} {path}: no such file")
+    if not path.is_file():
+        raise not_a_file(path, what)
     text, bom = _decode(path, what)
     return text, "text (UTF-8 with BOM)" if bom else "text (UTF-8)"
 

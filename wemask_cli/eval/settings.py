@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..errors import WeMaskError
+from ..finite import check_temperature
 
 SAMPLING_TEMPERATURE = 0.7
 DEFAULT_WINDOW = 256
@@ -127,8 +128,7 @@ def generation_defaults(settings: EvalSettings, cls) -> dict:
     temperature = settings.temperature
     if temperature is None:
         temperature = SAMPLING_TEMPERATURE if settings.seeds > 1 else 0.0
-    if temperature < 0:
-        raise WeMaskError("--temperature must be >= 0 (0 = greedy)")
+    check_temperature(temperature)
     if settings.seeds > 1 and temperature == 0:
         raise WeMaskError(
             f"--seeds {settings.seeds} with --temperature 0: greedy decoding gives the same completions for every seed; "

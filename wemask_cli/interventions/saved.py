@@ -119,6 +119,33 @@ def _read_weights(path: Path) -> dict:
     return weights
 
 
+def _weights_name(name, path: Path) -> str:
+    """interventions.json's "weights": a file name in the same folder, never a path out of it."""
+    if not isinstance(name, str) or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise InterventionConfigError(
+            f"{path}: \"weights\" is {name!r}, not a file name in its folder (such as {WEIGHTS_FILE!r}): fix or delete it"
+        )
+    return name
+
+
+def check_wemask_agrees(directory: str | Path, config: WeMaskConfig | None) -> None:
+    """A folder's wemask_config.json (written for older readers) must say what its interventions.json says about
+    WeMask (`config`; None: no WeMask entry), else one line naming both files and what differs. Every engine calls
+    this, through load_saved or directly."""
+    legacy = Path(directory) / CONFIG_NAME
+    if not legacy.is_file():
+        return
+    theirs, ours = WeMaskConfig.load(directory).to_dict(), ({} if config is None else config.to_dict())
+    if theirs == ours:
+        return
+    differ = [f"{key} {theirs[key]!r}" + (f" vs {ours[key]!r}" if key in ours else "") for key in theirs if theirs[key] != ours.get(key)]
+    said = "; ".join(differ[:3]) if ours else "it has a mask, interventions.json none"
+    raise InterventionConfigError(
+        f"{legacy} and {INTERVENTIONS_FILE} beside it disagree about WeMask ({said}): the folder was edited by hand; "
+        f"make them agree, or delete {CONFIG_NAME} (interventions.json is the one wemask reads)"
+    )
+
+
 def load_saved(directory: str | Path) -> SavedRun | None:
     """The interventions a run folder carries: interventions.json (+ weights), else a legacy wemask_config.json
     (one WeMask entry), else None."""
@@ -133,10 +160,12 @@ def load_saved(directory: str | Path) -> SavedRun | None:
         kinds = [c.kind for c in configs]
         if len(set(kinds)) != len(kinds):
             raise InterventionConfigError(f"{path} lists a kind twice ({kinds}): one entry per kind")
-        weights = _read_weights(directory / record["weights"]) if record.get("weights") else {}
+        weights = _read_weights(directory / _weights_name(record["weights"], path)) if record.get("weights") else {}
         if any(c.has_parameters for c in configs) and not weights:
             raise InterventionConfigError(f"{path} lists interventions with parameters but no weights file")
-        return SavedRun(configs, weights, INTERVENTIONS_FILE)
+        saved = SavedRun(configs, weights, INTERVENTIONS_FILE)
+        check_wemask_agrees(directory, saved.wemask)
+        return saved
     if (directory / CONFIG_NAME).is_file():
         from .wemask import WeMask
 

@@ -68,6 +68,9 @@ def parse_dims(dims) -> dict[int, list[int]]:
                     isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values
                 ):
                     raise TypeError
+                if len(set(values)) != len(values):
+                    problem = f"layer {layer} lists a dim twice"
+                    raise ValueError
                 parsed[int(layer)] = sorted(values)
             return parsed
         except (TypeError, ValueError):

@@ -26,11 +26,11 @@ from .files import (
     strict_json,
 )
 from .lock import UNREADABLE_LOCK_GRACE_S
-from .manifest import LOCK_NAME, MANIFEST_NAME, OURS, Manifest
+from .manifest import LOCK_NAME, MANIFEST_NAME, OURS, STAGING_NAME, Manifest
 from .names import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, METRICS_FILE, MODEL_CONFIG_FILE, RUN_RECORD_FILE
 
 __all__ = [
-    "ADAPTER_CONFIG_FILE", "ADAPTER_WEIGHTS_FILE", "LOCK_NAME", "MANIFEST_NAME", "METRICS_FILE", "MODEL_CONFIG_FILE", "OURS", "RUN_RECORD_FILE",
+    "ADAPTER_CONFIG_FILE", "ADAPTER_WEIGHTS_FILE", "LOCK_NAME", "MANIFEST_NAME", "METRICS_FILE", "MODEL_CONFIG_FILE", "OURS", "RUN_RECORD_FILE", "STAGING_NAME",
     "UNREADABLE_LOCK_GRACE_S", "Manifest", "OutputClaim", "atomic_write_json",
     "atomic_write_text", "check_inputs_outside", "check_output_file", "check_writable", "claim_output_dir",
     "describe_os_error", "dumps_strict", "read_manifest", "record_written", "strict_json",

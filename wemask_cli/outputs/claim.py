@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import json
 import os
-from contextlib import contextmanager
+import shutil
 from pathlib import Path
 
+from ..atomic import follow_umask
 from ..errors import WeMaskError
 from ..progress import is_main_process, say
 from .files import check_writable, describe_os_error
 from .lock import remove_quietly, take_lock
-from .manifest import MANIFEST_NAME, OURS, Manifest, Plan, Snapshot
+from .manifest import MANIFEST_NAME, OURS, STAGING_NAME, Manifest, Plan, Snapshot, tree
 
 
 def _listing(names: list[str], limit: int = 5) -> str:
@@ -25,9 +26,33 @@ def _entries(folder: Path) -> list[str]:
     return sorted(child.name for child in folder.iterdir() if child.name not in OURS)
 
 
+def _drop_leftovers(folder: Path) -> None:
+    """Remove what only wemask writes in a claimed folder and a killed command can leave: the staging folder (a link
+    in its place is unlinked) and the manifest's temporary files (atomic.py names them .NAME.*.tmp)."""
+    for torn in folder.glob(f".{MANIFEST_NAME}.*.tmp"):
+        remove_quietly(torn)
+    staging = folder / STAGING_NAME
+    if staging.is_symlink() or staging.is_file():
+        remove_quietly(staging)
+    elif staging.is_dir():
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _merge(staged: Path, target: Path, listing: Snapshot) -> None:
+    """Move each staged file into the folder `target`, replacing a file (or a link, never followed) of that name."""
+    for rel, info in sorted(listing.items()):
+        if info is None and (target / rel).is_symlink():
+            raise NotADirectoryError(f"{target / rel} is a link")
+        if info is None:
+            (target / rel).mkdir(exist_ok=True)
+        else:
+            os.replace(staged / rel, target / rel)
+    shutil.rmtree(staged, ignore_errors=True)
+
+
 class OutputClaim:
     """A claimed output folder. `record(name)` adds what wemask just wrote (names relative to the folder, or
-    absolute paths inside it); `writing()` records what changes in it during the block; `clear()` does
+    absolute paths inside it); `staging(name)` and `move_in` record what a library's save wrote; `clear()` does
     --overwrite's deletion (first `record` does it too); leaving the `with` block releases the lock."""
 
     def __init__(self, path: Path, lock_path: Path | None = None, token: str | None = None):
@@ -36,7 +61,7 @@ class OutputClaim:
         self.plan: Plan | None = None  # --overwrite's deletion, pending until clear()
         self.created: list[Path] = []  # folders this claim created, deepest first
         self.claimed = False  # the folder passed the claim's checks: the manifest is ours to write
-        self._before: Snapshot | None = None  # the folder when the current save began
+        self.fresh_manifest = False  # the folder had no manifest before this claim
 
     @property
     def active(self) -> bool:
@@ -52,33 +77,45 @@ class OutputClaim:
                 self.manifest.add(self.relative(path))
             self.manifest.save()
 
-    @contextmanager
-    def writing(self):
-        """Record every file created or changed in the folder while the block runs (a save whose file names the
-        library chooses)."""
-        self.begin()
-        try:
-            yield self
-        finally:
-            self.end()
+    def staging(self, name: str) -> Path:
+        """A folder for a writer that picks its own file names (a trainer's save): it writes there, and `move_in` puts
+        it in place, so that only what it wrote is recorded, whatever the user adds to the folder meanwhile. Every
+        process of a distributed run may write into it."""
+        path = self.path / STAGING_NAME / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
-    def begin(self, creating: str | None = None) -> None:
-        """wemask starts a save; `creating` names a folder the save creates (checkpoint-N), known as wemask's even
-        if the save is killed midway."""
-        if not self.active:
-            return
+    def move_in(self, staged: Path, rel: str) -> None:
+        """Move the staged file or folder `staged` to `rel` in the folder (a folder already there gets the staged
+        files moved into it), recording by name each file moved; on a process that holds no claim, only moves."""
         self.clear()
-        if creating is not None and not os.path.lexists(self.path / self.relative(creating)):
-            self.manifest.folders.add(self.relative(creating))
+        listing = tree(staged) if staged.is_dir() else None
+        for name, info in (listing or {"": ()}).items():  # what a library wrote private gets the user's umask
+            if info is not None:
+                follow_umask(staged / name if name else staged)
+        target = self.path / rel
+        if staged.is_dir() and os.path.lexists(target) and (target.is_symlink() or not target.is_dir()):
+            raise WeMaskError(f"could not save {target}: something that is not a folder is in its place; move it away and --resume")
+        try:
+            if staged.is_dir() and os.path.lexists(target):
+                _merge(staged, target, listing)
+            else:
+                os.replace(staged, target)
+        except OSError as err:
+            raise WeMaskError(f"could not save {target}: {describe_os_error(err)}") from None
+        if self.active:
+            self.manifest.add(self.relative(rel), listing)
             self.manifest.save()
-        self._before = self.manifest.snapshot()
 
-    def end(self) -> None:
-        """The save is done: what is new or changed in the folder since begin() is recorded."""
-        if self.active and self._before is not None:
-            self.manifest.add_changes("", self._before)
-            self.manifest.save()
-        self._before = None
+    def remove(self, rel: str) -> list[str]:
+        """Delete `rel` (a folder wemask wrote: a checkpoint the trainer rotates away) unless it holds anything wemask
+        cannot show it wrote; returns those (then nothing is deleted)."""
+        plan = self.manifest.plan(self.relative(rel))
+        if plan.kept or plan.nested:
+            return plan.kept + plan.nested
+        kept = self.manifest.delete(plan)
+        self.manifest.save()
+        return kept
 
     def clear(self) -> None:
         """--overwrite: delete the previous output, each file checked against the manifest; keep (and name) the rest."""
@@ -103,10 +140,14 @@ class OutputClaim:
         """Release the lock (only ours, by token); a failed command's folder that is still empty is removed."""
         if not self.active:
             return
+        _drop_leftovers(self.path)
         try:
             if self.claimed and self.path.is_dir():
                 self.manifest.prune()
-                self.manifest.save()
+                if failed and self.fresh_manifest and not self.manifest.top_names():
+                    remove_quietly(self.path / MANIFEST_NAME)  # a refused command leaves the folder as it found it
+                else:
+                    self.manifest.save()
         finally:
             try:
                 if json.loads(self.lock_path.read_text()).get("token") == self.token:
@@ -133,11 +174,13 @@ class OutputClaim:
 
 
 def claim_output_dir(
-    path, *, overwrite: bool, resume: bool = False, kind: str, flag: str = "--output-dir", resumable: bool = False
+    path, *, overwrite: bool, resume: bool = False, kind: str, flag: str = "--output-dir", resumable: bool = False,
+    created: list[Path] = (),
 ) -> OutputClaim:
     """Claim `path` for a command that writes a folder (see the package docstring). `kind` names the command in the
     lock; `resume` keeps the folder's contents (the caller checks what to resume from); `resumable`: the refusal of a
-    non-empty folder mentions --resume. With `overwrite` the folder is checked now and cleared by `claim.clear()`
+    non-empty folder mentions --resume; `created`: folders the caller made for this command (deepest first), removed
+    like the claim's own when it fails. With `overwrite` the folder is checked now and cleared by `claim.clear()`
     (or the first record), after the command has checked its inputs. On a non-main process of a distributed run:
     no lock, no changes (the main process claims; callers wait on a barrier)."""
     folder = Path(path).expanduser()
@@ -145,7 +188,7 @@ def claim_output_dir(
     if not is_main_process():
         return OutputClaim(folder)
     absolute = Path(os.path.abspath(folder))
-    created = [p for p in (absolute, *absolute.parents) if not os.path.lexists(p)]
+    created = [*created, *(p for p in (absolute, *absolute.parents) if not os.path.lexists(p))]
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -154,7 +197,9 @@ def claim_output_dir(
     claim = OutputClaim(folder, lock_path, token)
     claim.created = created
     try:
-        claim.manifest = Manifest.read(folder) or Manifest(folder)
+        _drop_leftovers(folder)  # what a killed save left: the lock says no command is using it
+        found = Manifest.read(folder)
+        claim.manifest, claim.fresh_manifest = found or Manifest(folder), found is None and not (folder / MANIFEST_NAME).exists()
         entries = _entries(folder)
         if entries and not resume and overwrite:
             claim.plan = _plan_overwrite(claim.manifest, folder)

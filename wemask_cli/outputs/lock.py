@@ -5,12 +5,14 @@ not a valid one, is explained and taken over. Torch-free."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import socket
 import sys
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 from ..errors import WeMaskError
@@ -32,6 +34,29 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _started_after_lock(pid: int, started) -> bool:
+    """Whether process `pid` started (Linux /proc) clearly after the lock's `started` time: another process that got
+    the pid of the run that wrote the lock. False when either time is unknown."""
+    try:
+        locked = datetime.strptime(str(started), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])  # field 22: start time
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    return boot + ticks / os.sysconf("SC_CLK_TCK") > locked + 2
+
+
+def _not_wemask(pid: int, lock_path: Path) -> str:
+    """A hint when the live process `pid` does not look like a wemask command (Linux /proc): '' otherwise."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+    if not command or "wemask" in command:
+        return ""
+    return f"; pid {pid} is now `{command[:80]}`, which is not wemask: if the locking run is gone, delete {lock_path}"
+
+
 def _describe(lock: dict) -> str:
     command = lock.get("command") or lock.get("kind") or "a wemask command"
     return f"`{command}` (pid {lock.get('pid')} on {lock.get('host')}, started {lock.get('started')})"
@@ -46,17 +71,38 @@ def take_lock(folder: Path, kind: str) -> tuple[Path, str]:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "token": token,
     })
     for _ in range(3):
-        try:
-            fd = os.open(lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
+        if _create(lock_path, content):
+            return lock_path, token
+        with _takeover(folder):  # one process at a time judges a lock and replaces a stale one
             _judge_existing_lock(lock_path)  # raises for a live lock; removes a stale one
-            continue
-        except OSError as err:
-            raise WeMaskError(f"could not claim {folder}: {describe_os_error(err)}") from None
-        with os.fdopen(fd, "w") as handle:
-            handle.write(content)
-        return lock_path, token
+            if _create(lock_path, content):
+                return lock_path, token
     raise WeMaskError(f"{folder} is being claimed by another command at the same moment: try again")
+
+
+def _create(lock_path: Path, content: str) -> bool:
+    """Create the lock with O_EXCL (False: one is there already)."""
+    try:
+        fd = os.open(lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    except OSError as err:
+        raise WeMaskError(f"could not claim {lock_path.parent}: {describe_os_error(err)}") from None
+    with os.fdopen(fd, "w") as handle:
+        handle.write(content)
+    return True
+
+
+@contextlib.contextmanager
+def _takeover(folder: Path):
+    """An exclusive flock on the folder itself while a lock is judged and a stale one replaced: two commands finding
+    the same dead lock cannot both take it over (the second then finds the first's live lock)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the flock
 
 
 def _judge_existing_lock(lock_path: Path) -> None:
@@ -81,6 +127,11 @@ def _judge_existing_lock(lock_path: Path) -> None:
         remove_quietly(lock_path)
         return
     same_host = lock.get("host") == socket.gethostname()
+    if same_host and _pid_alive(pid) and _started_after_lock(pid, lock.get("started")):
+        warn(f"{lock_path.parent} was locked by {_describe(lock)}; pid {pid} is now a process started after that lock "
+             "(the pid was reused): the locking run is gone; taking the folder over; its files are kept")
+        remove_quietly(lock_path)
+        return
     if same_host and not _pid_alive(pid):
         warn(
             f"{lock_path.parent} was locked by {_describe(lock)}, which is no longer running (killed or crashed): "
@@ -88,7 +139,7 @@ def _judge_existing_lock(lock_path: Path) -> None:
         )
         remove_quietly(lock_path)
         return
-    where = "" if same_host else f"; if that run is gone, delete {lock_path}"
+    where = f"; if that run is gone, delete {lock_path}" if not same_host else _not_wemask(pid, lock_path)
     raise WeMaskError(f"{lock_path.parent} is in use by {_describe(lock)}: wait for it to finish or choose another folder{where}")
 
 

@@ -17,7 +17,8 @@ from .files import atomic_write_json
 
 LOCK_NAME = ".wemask.lock"
 MANIFEST_NAME = ".wemask-manifest.json"
-OURS = (LOCK_NAME, MANIFEST_NAME)
+STAGING_NAME = ".wemask-staging"  # where a library's save writes before wemask moves it into place (claim.py)
+OURS = (LOCK_NAME, MANIFEST_NAME, STAGING_NAME)
 
 Snapshot = dict  # relative path -> (size, mtime_ns) for files, None for folders
 
@@ -50,6 +51,22 @@ def _stat(path: Path) -> tuple[int, int] | None:
     """(size, mtime_ns) of a regular file, not following a symlink; None for anything else."""
     info = os.lstat(path)
     return (info.st_size, info.st_mtime_ns) if stat.S_ISREG(info.st_mode) else None
+
+
+def tree(start: Path) -> Snapshot:
+    """The files (size, mtime) and folders under the folder `start`, relative to it, not following symlinks and
+    leaving out folders another wemask command claimed (their own manifest)."""
+    found: Snapshot = {}
+    for here, dirs, names in os.walk(start):
+        base = os.path.relpath(here, start).replace(os.sep, "/")
+        base = "" if base == "." else base + "/"
+        dirs[:] = [d for d in dirs if not (Path(here) / d / MANIFEST_NAME).exists() and not (Path(here) / d).is_symlink()]
+        found.update({base + d: None for d in dirs})
+        for name in names:
+            info = _stat(Path(here) / name)
+            if info is not None:
+                found[base + name] = info
+    return found
 
 
 @dataclass
@@ -137,52 +154,31 @@ class Manifest:
         except ValueError:
             raise ValueError(f"{path} is not inside the output folder {self.folder}") from None
 
-    def add(self, rel: str) -> None:
-        """Record `rel` (a file, or a folder with everything in it) and the folders above it as wemask's."""
+    def add(self, rel: str, listing: Snapshot | None = None) -> None:
+        """Record `rel` (a file, or a folder with everything in it, or with only `listing`: what a writer put there,
+        relative to it) and the folders above it as wemask's."""
         path = self.folder / self.check(rel)
         if not os.path.lexists(path):
             raise ValueError(f"cannot record {path}: it does not exist")
         parts = rel.split("/")
         self.folders.update("/".join(parts[:i]) for i in range(1, len(parts)))
-        self.add_changes(rel, {}) if path.is_dir() and not path.is_symlink() else self._add_file(rel)
-
-    def _add_file(self, rel: str) -> None:
-        info = _stat(self.folder / rel)
-        if info is not None:
-            self.files[rel] = info
-
-    def snapshot(self, rel: str = "") -> Snapshot:
-        """The files (size, mtime) and folders under `rel` ('' : the whole folder), without other wemask outputs."""
-        start = self.folder / rel if rel else self.folder
-        found: Snapshot = {}
-        if not start.is_dir() or (rel and start.is_symlink()):  # the folder itself may be a link the user gave
-            return found
-        for here, dirs, names in os.walk(start):
-            base = os.path.relpath(here, self.folder).replace(os.sep, "/")
-            base = "" if base == "." else base + "/"
-            dirs[:] = [d for d in dirs if not (Path(here) / d / MANIFEST_NAME).exists() and not (Path(here) / d).is_symlink()]
-            found.update({base + d: None for d in dirs})
-            for name in names:
-                if not (base == "" and name in OURS):
-                    info = _stat(Path(here) / name)
-                    if info is not None:
-                        found[base + name] = info
-        return found
-
-    def add_changes(self, rel: str, before: Snapshot) -> None:
-        """Record what is new or changed under `rel` ('': the folder) since the snapshot `before` (taken as wemask
-        began writing)."""
-        if rel:
-            self.folders.add(self.check(rel))
-        for path, info in self.snapshot(rel).items():
-            if before.get(path, "absent") != info:
-                self.folders.add(path) if info is None else self.files.__setitem__(path, info)
+        if not path.is_dir() or path.is_symlink():
+            info = _stat(path)
+            if info is not None:
+                self.files[rel] = info
+            return
+        self.folders.add(rel)
+        for sub, info in (tree(path) if listing is None else listing).items():
+            self.folders.add(f"{rel}/{sub}") if info is None else self.files.__setitem__(f"{rel}/{sub}", info)
 
     # -- what --overwrite may delete ----------------------------------------------------------------------------
 
-    def plan(self) -> Plan:
+    def plan(self, rel: str = "") -> Plan:
+        """What --overwrite may delete of the folder ('') or of one path `rel` in it."""
         plan = Plan()
-        for name in sorted(os.listdir(self.folder)):
+        if rel:
+            self._judge(self.check(rel), plan)
+        for name in sorted(os.listdir(self.folder)) if not rel else ():
             if name not in OURS:
                 self._judge(name, plan)
         return plan

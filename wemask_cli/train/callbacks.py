@@ -1,4 +1,4 @@
-"""Trainer callbacks of a wemask run: records in every checkpoint, a stop on divergence, a clean stop on Ctrl-C,
+"""Trainer callbacks of a wemask run: the best checkpoint's remedies restored, a stop on divergence, a clean stop on Ctrl-C,
 no extra step when resuming a run that had finished training, a warning when GRPO learns nothing.
 
 Imported only when a run starts (it imports transformers).
@@ -9,36 +9,18 @@ from __future__ import annotations
 import math
 import signal
 import threading
-from pathlib import Path
 
 from transformers import TrainerCallback
 
 from ..progress import say
-from .checkpoints import PREFIX
 
 
-def checkpoint_dir(args, state) -> Path:
-    return Path(args.output_dir) / f"{PREFIX}-{state.global_step}"
+class BestModelRemedies(TrainerCallback):
+    """Restores the remedies' weights of the best checkpoint when --load-best-model-at-end reloads it (the records of
+    each checkpoint are written by saving.StagedSaves)."""
 
-
-class CheckpointRecordCallback(TrainerCallback):
-    """Writes the run's records into each checkpoint once TRL has saved it (main process): WeMask config first, run
-    record last (the completion mark); the files the save wrote are then listed in the output folder's manifest,
-    by their names inside the run folder (whatever the current directory)."""
-
-    def __init__(self, record, claim):
-        self.record, self.claim = record, claim
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if control.should_save and state.is_world_process_zero:
-            self.claim.begin(creating=checkpoint_dir(args, state).name)
-        return control
-
-    def on_save(self, args, state, control, model=None, **kwargs):
-        if state.is_world_process_zero:
-            self.record.write(checkpoint_dir(args, state), model)
-            self.claim.end()  # the checkpoint, and the model card TRL writes next to it
-        return control
+    def __init__(self, record):
+        self.record = record
 
     def on_train_end(self, args, state, control, **kwargs):
         """--load-best-model-at-end reloads the best checkpoint's model weights, which leave the remedies out (under

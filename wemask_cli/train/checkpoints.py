@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import WeMaskError, first_line
 from ..method.config import CONFIG_NAME
-from ..outputs import ADAPTER_WEIGHTS_FILE, METRICS_FILE, RUN_RECORD_FILE, OutputClaim, claim_output_dir
+from ..outputs import ADAPTER_WEIGHTS_FILE, METRICS_FILE, OURS, RUN_RECORD_FILE, OutputClaim, claim_output_dir
 from ..progress import say
 
 PREFIX = "checkpoint"  # transformers.trainer_utils.PREFIX_CHECKPOINT_DIR, without importing transformers
@@ -96,7 +96,7 @@ def resume_checkpoint(directory: Path) -> str | None:
                 say(f"--resume: skipping {name}: {why}; resuming from {path.name}, the newest complete checkpoint")
             return str(path)
         skipped.append((path.name, problem))
-    if skipped or any(c.name not in (".wemask.lock", ".wemask-manifest.json") for c in directory.iterdir()):
+    if skipped or any(c.name not in OURS for c in directory.iterdir()):
         reasons = "; ".join(f"{name}: {why}" for name, why in skipped)
         raise WeMaskError(
             f"--resume: {directory} has no complete checkpoint-N to resume from" + (f" ({reasons})" if reasons else "")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 
 from ..errors import WeMaskError
 
@@ -54,6 +55,29 @@ def apply_launcher_precision(trl_values: dict, trl_source: dict) -> None:
             )
         if trl_source.get(key) not in GIVEN:
             trl_values[key], trl_source[key] = wanted, launcher_source(precision)
+
+
+LAUNCH_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")  # what DeepSpeed needs, else it asks MPI
+
+
+def check_deepspeed_config(trl_values: dict, where: str) -> None:
+    """--deepspeed: a DeepSpeed JSON config, in processes a launcher started; else one line, before TRL's config
+    is built (DeepSpeed would go looking for MPI: a ModuleNotFoundError for mpi4py)."""
+    value = trl_values.get("deepspeed")
+    if not value or isinstance(value, dict):
+        return
+    path = Path(str(value)).expanduser()
+    if path.suffix.lower() in (".yaml", ".yml"):
+        raise WeMaskError(f"{where} {value}: DeepSpeed reads a JSON config (ds_config.json); an accelerate YAML goes to "
+                          f"`accelerate launch --config_file {value} -m wemask_cli ...`")
+    if not path.is_file():
+        raise WeMaskError(f"{where} {value}: no such file; give DeepSpeed's JSON config")
+    missing = [name for name in LAUNCH_ENV if name not in os.environ]
+    if missing:
+        raise WeMaskError(
+            f"{where} {value} needs processes started by a launcher ({', '.join(missing)} not set): run "
+            "`torchrun --nproc_per_node N -m wemask_cli ...` or `accelerate launch ... -m wemask_cli ...`, or drop --deepspeed"
+        )
 
 
 def check_quantized_sharding(opts: dict) -> None:

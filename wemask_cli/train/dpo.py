@@ -35,7 +35,7 @@ STAGE = StageSpec(
 # Data
 
 
-def split_implicit_prompt(example: dict) -> dict:
+def split_implicit_prompt(example: dict, index: int | None = None) -> dict:
     """chosen/rejected full conversations (the HH-RLHF layout) -> prompt/chosen/rejected.
 
     Conversations: the shared leading messages are the prompt; each completion keeps at least its last message.
@@ -56,6 +56,15 @@ def split_implicit_prompt(example: dict) -> dict:
             raise WeMaskError(
                 "a chosen/rejected pair shares no leading message, so there is no implicit prompt to extract: "
                 "give a prompt column (prompt/chosen/rejected) instead"
+            )
+        firsts = {chosen[shared].get("role"), rejected[shared].get("role")} if isinstance(chosen[shared], dict) else set()
+        if firsts != {"assistant"}:
+            row = "" if index is None else f"row {index + 1}: "
+            raise WeMaskError(
+                f"{row}chosen and rejected continue the conversation differently after message {shared} (they differ "
+                f"in a {' and a '.join(sorted(str(r) for r in firsts - {'assistant'}))} turn, not only in the assistant's "
+                "reply): a preference pair must share everything before the replies it compares; fix the pair or give a "
+                "prompt column"
             )
         return {"prompt": chosen[:shared], "chosen": chosen[shared:], "rejected": rejected[shared:]}
     if isinstance(chosen, str) and isinstance(rejected, str):
@@ -104,7 +113,7 @@ def prepare_preferences(dataset, args, where: str):
         return None
     if "prompt" not in dataset.column_names:
         with args.main_process_first(desc="extracting implicit prompts"):
-            dataset = dataset.map(split_implicit_prompt, desc="Extracting the shared prompt")
+            dataset = dataset.map(split_implicit_prompt, with_indices=True, desc="Extracting the shared prompt")
     check_layout(dataset[0], where)
     return dataset
 

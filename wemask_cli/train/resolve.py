@@ -18,7 +18,7 @@ from typing import Any
 
 from ..compat.argparse import parser_actions
 from ..errors import WeMaskError, first_line
-from .distributed import apply_launcher_precision
+from .distributed import apply_launcher_precision, check_deepspeed_config
 from .options import CLI_ONLY, DEFAULTS, KINDS, TrainOptions, given_options
 from .recipe import Recipe, read_recipe, recipe_path
 from .trl_values import check_trl_value
@@ -63,6 +63,7 @@ def explicit_trl_args(parser, extra_args: list[str], stage_name: str) -> dict:
     argparse has no "was this given" query, so defaults are suppressed for the parse and restored after."""
     from transformers.hf_argparser import string_to_bool
 
+    _refuse_repeats(parser, extra_args, stage_name)
     explicit = argparse.Namespace()
     actions = parser_actions(parser)
     saved = [(action, action.default, action.required, action.type, action.nargs, action.const) for action in actions]
@@ -85,6 +86,19 @@ def explicit_trl_args(parser, extra_args: list[str], stage_name: str) -> dict:
     if unknown:
         _refuse_unknown(unknown, parser, stage_name)
     return namespace
+
+
+def _refuse_repeats(parser, extra_args: list[str], stage_name: str) -> None:
+    """One TRL field given under both spellings (`--max_steps 1 --max-steps 2`): refused, as argparse would silently
+    keep the last. The same spelling twice keeps argparse's rule (the last wins), as in any command line."""
+    seen: dict[str, str] = {}
+    for token in extra_args:
+        flag = token.split("=")[0]
+        action = parser._option_string_actions.get(flag) if token.startswith("--") else None
+        if action is None:
+            continue
+        if seen.setdefault(action.dest, flag) != flag:
+            raise WeMaskError(f"wemask {stage_name}: {seen[action.dest]} and {flag} both set {action.dest}: give it once")
 
 
 def _refuse_unknown(unknown: list[str], parser, stage_name: str) -> None:
@@ -124,8 +138,17 @@ def coerce_trl_value(parser, recipe: Recipe, key: str, value):
             try:
                 return _converted(action.type, recipe, key, value)
             except (TypeError, ValueError):
-                raise WeMaskError(f"{recipe.where(key)}: {key}: {value!r} is not a valid value") from None
+                raise WeMaskError(f"{recipe.where(key)}: {key}: {value!r} is not a valid value{_integer_hint(action.type, value)}") from None
     return value
+
+
+def _integer_hint(convert, value) -> str:
+    """For an integer field given a whole number in exponent form (max_steps: 1e1): how to write it."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return ""
+    return f" (an integer field: write {int(number)})" if convert is int and number.is_integer() else ""
 
 
 def _converted(convert, recipe: Recipe, key: str, value):
@@ -236,6 +259,7 @@ def resolve(stage, options: TrainOptions, extra_args: list[str]) -> Resolved:
     if resolved["trust_remote_code"] and "trust_remote_code" in trl_fields:  # TRL loads reference models with it too
         trl_values["trust_remote_code"], trl_source["trust_remote_code"] = True, source["trust_remote_code"]
     apply_launcher_precision(trl_values, trl_source)  # accelerate's mixed_precision sets bf16/fp16, or conflicts in one line
+    check_deepspeed_config(trl_values, "--deepspeed" if trl_source.get("deepspeed") == "flag" else f"{recipe.where('deepspeed')}: deepspeed")
     for old, new in (("gradient_checkpointing", "activation_checkpointing"), ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
         if trl_source.get(old) in ("recipe", "flag") and trl_source.get(new) == "default":
             del trl_values[new], trl_source[new]  # the user's spelling wins over our default

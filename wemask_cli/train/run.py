@@ -72,7 +72,7 @@ def load_inputs(stage: Stage, opts: dict, args):
         resolve_source(model_spec)
     pretrained = {
         "revision": opts["model_revision"], "attn_implementation": opts["attn_implementation"],
-        "trust_remote_code": opts["trust_remote_code"] or None, "quant_type": opts["bnb_4bit_quant_type"],
+        "trust_remote_code": bool(opts["trust_remote_code"]), "quant_type": opts["bnb_4bit_quant_type"],
         "nested": opts["use_bnb_nested_quant"],
     }
     loaded = load_model(model_spec, dtype=opts["dtype"], quantization=quantization, interventions=False,  # installed by the stage
@@ -139,7 +139,9 @@ def check_remedies_fit(resolved) -> None:
 
 def run_inputs(opts: dict) -> list[tuple[str, str]]:
     """The (flag, path) of what a training run reads (hub names are skipped by the check)."""
-    found = [("--model", opts.get("model")), ("--dataset", opts.get("dataset")), ("--eval-dataset", opts.get("eval_dataset"))]
+    from ..models import model_inputs
+
+    found = [*model_inputs(opts.get("model")), ("--dataset", opts.get("dataset")), ("--eval-dataset", opts.get("eval_dataset"))]
     rewards = [str(spec).partition(".py:")[0] + ".py" for spec in opts.get("reward") or () if ".py:" in str(spec)]
     return found + [("--reward", path) for path in rewards]
 
@@ -169,6 +171,7 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
     from .checkpoints import warn_schedule_change
     from .install import lora_config
     from .records import RunRecord, write_metrics
+    from .saving import StagedSaves
     from .steps import plain_logs
 
     opts, args = resolved.opts, resolved.args
@@ -179,24 +182,23 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
     remedies, remedy_weights = remedies_for_run(resolved, resumed if resume_from else loaded.saved, where)
     warn_schedule_change(resume_from, args)
     record = RunRecord(stage, resolved, resume_from)
-    record.source, record.data_format = loaded.source, fmt.name
-    record.data_sha256 = content_sha256(opts["dataset"])
+    record.source, record.data_format, record.data_sha256 = loaded.source, fmt.name, content_sha256(opts["dataset"])
     interrupt, divergence = Interrupt(), StopOnNonFinite()
     ctx = TrainContext(
         options=opts, args=args, loaded=loaded, train_dataset=train_dataset, eval_dataset=eval_dataset,
         data_format=fmt, peft_config=lora_config(opts, loaded.model), wemask=config,
-        callbacks=run_callbacks(callbacks, args, interrupt, record, claim, divergence),
+        callbacks=run_callbacks(callbacks, args, interrupt, record, divergence),
         remedies=remedies, remedy_weights=remedy_weights,
     )
     fsdp.shard_on_cpu(args)  # accelerate alone would run FSDP on the CPU as DDP
     trainer = stage.build_trainer(ctx)
+    saves = StagedSaves(trainer, claim, record)
     plain_logs(trainer)
     config = stage.install(trainer, ctx)
     record.installation, record.distributed = stage.installation, run_facts(trainer, resolved)
     claim.clear()  # --overwrite: the previous output goes only now that data, model and trainer are all set up
     barrier(args)
     announce(config, remedies, bool(remedy_weights), resume_from)
-
     start = time.perf_counter()
     with interrupt, disk_errors(trainer, output):
         try:
@@ -209,13 +211,14 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
         return RunResult(output, True, checkpoint, None, config, trainer, stage)
 
     eval_metrics = trainer.evaluate() if eval_dataset is not None and _eval_strategy(args) == "no" else {}  # else TRL's
-    metrics = None
-    with disk_errors(trainer, output), claim.writing():  # the manifest lists each file this save writes
-        trainer.save_model(str(output))
-        if trainer.is_world_process_zero():
-            loaded.tokenizer.save_pretrained(str(output))
-            config = record.write(output, trainer.model)
-            metrics = write_metrics(trainer, output, ctx, stage, config, seconds, eval_metrics, _resumed_step(resume_from))
+
+    def write_records(folder: Path):
+        loaded.tokenizer.save_pretrained(str(folder))
+        written = record.write(folder, trainer.model)
+        return written, write_metrics(trainer, folder, ctx, stage, written, seconds, eval_metrics, _resumed_step(resume_from))
+
+    with disk_errors(trainer, output):
+        config, metrics = saves.save_final(write_records) or (config, None)
     if metrics is not None:
         say(f"saved to {output} (final loss {metrics['final_loss']}, {metrics['global_step']} steps)")
     barrier(args)
@@ -233,15 +236,15 @@ def _eval_strategy(args) -> str:
     return str(getattr(args.eval_strategy, "value", args.eval_strategy))
 
 
-def run_callbacks(callbacks: list, args, interrupt, record, claim, divergence) -> list:
+def run_callbacks(callbacks: list, args, interrupt, record, divergence) -> list:
     """The trainer callbacks of a run: the caller's, FSDP's, then wemask's own (see callbacks.py, precision.py)."""
-    from .callbacks import CheckpointRecordCallback, FinishedAtResume, LogLastStep, SaveOnInterrupt
+    from .callbacks import BestModelRemedies, FinishedAtResume, LogLastStep, SaveOnInterrupt
     from .precision import PrecisionProbe
     from .steps import StepLines
 
     record.precision = PrecisionProbe()
-    return [*callbacks, *fsdp.callbacks(args), record.precision, SaveOnInterrupt(interrupt), CheckpointRecordCallback(record, claim),
-            divergence, FinishedAtResume(), LogLastStep(), StepLines()]
+    return [*callbacks, *fsdp.callbacks(args), record.precision, SaveOnInterrupt(interrupt), BestModelRemedies(record), divergence,
+            FinishedAtResume(), LogLastStep(), StepLines()]
 
 
 def stopped_early(divergence, interrupt, output: Path) -> str | None:

@@ -1,0 +1,48 @@
+"""A command stopped from outside: SIGTERM unwinds (no lock left, an empty folder it created removed, exit 143);
+after SIGKILL (the out-of-memory killer) the next run names the dead lock and takes it over. Real subprocesses."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from wemask_cli.outputs import LOCK_NAME
+
+PPL_TEXT = str(Path(__file__).resolve().parents[1] / "wemask_cli" / "resources" / "eval" / "perplexity.txt")
+
+
+def started_eval(model: str, out: Path) -> subprocess.Popen:
+    """`wemask eval` into `out`, returned once it holds the folder's lock (it is then loading the model)."""
+    cmd = [sys.executable, "-m", "wemask_cli", "eval", "--model", model, "--task", "perplexity", "--data", PPL_TEXT,
+           "--limit", "2", "--window", "16", "--output", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (out / LOCK_NAME).exists():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.01)
+    return proc
+
+
+def test_sigterm_leaves_no_lock_and_no_folder_it_created(tmp_path, tiny_model_dir):
+    out = tmp_path / "new" / "eval"
+    proc = started_eval(tiny_model_dir, out)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "wemask: terminated (SIGTERM)" in err and "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_after_sigkill_the_next_run_names_the_dead_lock_and_takes_it_over(tmp_path, tiny_model_dir):
+    out = tmp_path / "eval"
+    proc = started_eval(tiny_model_dir, out)
+    proc.kill()
+    proc.wait(timeout=60)
+    assert (out / LOCK_NAME).exists()
+    again = started_eval(tiny_model_dir, out)
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    assert "was locked by `" in err and f"(pid {proc.pid} " in err and "no longer running" in err, err
+    assert (out / "metrics.json").is_file() and not (out / LOCK_NAME).exists()
