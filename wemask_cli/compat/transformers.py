@@ -37,6 +37,13 @@ def checkpoint_save(trainer):
     return require(LIBRARY, trainer, "_save_checkpoint", params=("model", "trial"), verified=VERIFIED)
 
 
+def stage_checkpoint_saves(trainer, save_checkpoint, output_dir) -> None:
+    """The trainer saves checkpoints with `save_checkpoint(model, trial)` into `output_dir()` (and rotates there)."""
+    checkpoint_save(trainer)  # checked first
+    trainer._save_checkpoint = save_checkpoint
+    trainer._get_output_dir = lambda trial=None: output_dir()
+
+
 def check() -> None:
     """What this module reads and writes is there, and `save_pretrained` still drops the keys it lists (the canary in
     tests/test_compat.py calls this)."""

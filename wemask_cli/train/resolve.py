@@ -92,9 +92,10 @@ def _refuse_repeats(parser, extra_args: list[str], stage_name: str) -> None:
     """One TRL field given under both spellings (`--max_steps 1 --max-steps 2`): refused, as argparse would silently
     keep the last. The same spelling twice keeps argparse's rule (the last wins), as in any command line."""
     seen: dict[str, str] = {}
+    by_flag = {flag: action for action in parser_actions(parser) for flag in action.option_strings}
     for token in extra_args:
         flag = token.split("=")[0]
-        action = parser._option_string_actions.get(flag) if token.startswith("--") else None
+        action = by_flag.get(flag) if token.startswith("--") else None
         if action is None:
             continue
         if seen.setdefault(action.dest, flag) != flag:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from ..compat.transformers import checkpoint_save
+from ..compat.transformers import checkpoint_save, stage_checkpoint_saves
 from ..outputs import METRICS_FILE, STAGING_NAME, atomic_write_json
 from ..progress import warn
 from .checkpoints import PREFIX, TRAINER_STATE, barrier, checkpoints
@@ -26,10 +26,9 @@ class StagedSaves(TrainerCallback):
         self.trainer, self.claim, self.record = trainer, claim, record
         self.save_checkpoint = checkpoint_save(trainer)
         self.warned: set[str] = set()  # checkpoints kept for the user's files
-        trainer._save_checkpoint = self._save_checkpoint
         # where the trainer saves checkpoints (checkpoint-N, then moved in) and rotates them at the end of training
         # (none there: that rotation is finish_rotation's)
-        trainer._get_output_dir = lambda trial=None: str(claim.path / STAGING_NAME)
+        stage_checkpoint_saves(trainer, self._save_checkpoint, lambda: str(claim.path / STAGING_NAME))
         write_card = trainer.create_model_card
 
         def create_model_card(*args, **kwargs):  # TRL writes its model card beside the checkpoints, by this name
