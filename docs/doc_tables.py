@@ -23,7 +23,7 @@ def command_tree():
 
 def commands() -> dict:
     group, ctx = command_tree()
-    return {name: group.get_command(ctx, name) for name in group.list_commands(ctx)}
+    return {name: group.built_command(name) for name in group.list_commands(ctx)}  # lazy ones built (cli/commands.py)
 
 
 def plain(text: str | None) -> str:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer.main
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "docs"))
@@ -34,6 +35,7 @@ OTHER_PROGRAMS_FLAGS = {
     "--logprobs-mode", "--max-logprobs", "--install-completion", "--show-completion", "--help", "--version",
     "--change", "--base",  # the duplicates checker CONTRIBUTING.md asks for
     "--toy-note",  # the toy stage plugin's own flag (tests/toy_stage.py), not installed here
+    "--load-format",  # vLLM's
 }  # fmt: skip
 
 
@@ -141,12 +143,16 @@ def test_marked_commands_parse_and_name_what_exists(command):
 
 
 def known_flags() -> set[str]:
+    from wemask_cli.cli import app
     from wemask_cli.train.stages import stage_specs
     from wemask_cli.train.trl_flags import trl_flags
+    from wemask_cli.train.trl_vocabulary import ALIASES
 
     flags = {name for command in commands().values() for p in command.params for name in (*p.opts, *p.secondary_opts)}
+    flags |= {name for p in typer.main.get_command(app).params for name in (*p.opts, *p.secondary_opts)}  # `wemask -v`
     for spec in stage_specs().values():
         flags |= set(trl_flags(spec.trl_config) or ())
+    flags |= {f"--{alias}" for alias in ALIASES}  # TRL's spellings of wemask's options (--reward_funcs)
     return flags | OTHER_PROGRAMS_FLAGS
 
 

@@ -72,14 +72,19 @@ class CommandGroup(TyperGroup):
     def get_command(self, ctx, cmd_name: str):
         return self.listing().get(cmd_name)
 
-    def resolve_command(self, ctx, args: list[str]):
-        """Build the lazy command `args[0]` names (loading the plugins it needs), then resolve as click does; a
-        command whose plugin failed to load is then no command at all."""
-        name = args[0] if args else None
+    def built_command(self, name: str):
+        """The command `name`, built if it is lazy (loading the plugins it needs); None when there is no such command,
+        or its plugin failed to load (the docs' CLI reference reads every command through this)."""
         if name in self.listing() and name in self.owners:
             commands = built(self.owners.pop(name), name)
             if name in commands:
                 self.commands[name] = commands[name]
             else:
                 del self.commands[name]
+        return self.listing().get(name)
+
+    def resolve_command(self, ctx, args: list[str]):
+        """Build the lazy command `args[0]` names, then resolve as click does."""
+        if args:
+            self.built_command(args[0])
         return super().resolve_command(ctx, args)
