@@ -76,9 +76,6 @@ def private_touches(path: Path) -> list[str]:
 
 OWN = {  # wemask's own private names, reached from another of its modules or objects
     "manifest._readable",  # outputs/manifest.py's own class
-    # Left where it is: method/ (rank 0, torch only) may not import compat/ (rank 1); notes/issue-25-compat.md.
-    "config._attn_implementation",
-    "experts._apply_gate",  # method/moe.py: gpt-oss's fused expert activation (transformers 5.19-5.24), same reason
 }
 
 

@@ -11,8 +11,8 @@ import tomllib
 from conftest import run_main
 from packaging.version import Version
 
+from wemask_cli.resources import tested_environments as recorded_environments
 from wemask_cli.versions import TESTED_LIBRARIES, library_versions, which_environment
-from wemask_cli.versions import tested_environments as recorded_environments
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes")

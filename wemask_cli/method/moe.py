@@ -25,6 +25,8 @@ from collections import Counter
 import torch
 from torch import nn
 
+from ..compat.transformers import apply_expert_gate
+
 ROLES = ("up", "gate", "down")
 
 
@@ -47,7 +49,7 @@ def expert_projections(experts: nn.Module, expert: int, x: torch.Tensor) -> dict
             gate, out["up"] = both[..., ::2], both[..., 1::2]
         if callable(act):
             out["gate"] = act(gate)
-        hidden = experts._apply_gate(both)
+        hidden = apply_expert_gate(experts, both)
     else:
         out["up"] = expert_linear(x, experts, "up_proj", expert)
         hidden = act(out["up"])

@@ -2,12 +2,14 @@
 
     locate_prompts.jsonl        `wemask locate`'s default prompts
     eval/perplexity.txt, eval/choice.jsonl, eval/math.jsonl, eval/refusal.jsonl   `wemask eval`'s bundled sets
+    environments.json           the versions of `make test`'s two environments (`wemask env` compares against them)
 
-Written by data/generate.py (edit the generator, not the files).
+Written by data/generate.py (edit the generator, not the files); environments.json by `make environments`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
@@ -40,3 +42,8 @@ def as_file(name: str) -> Iterator[Path]:
     """A real file-system path to the bundled file while the block runs (for readers that need a path)."""
     with resources.as_file(path_of(name)) as path:
         yield path
+
+
+def tested_environments() -> dict[str, dict]:
+    """{environment name: {"about": ..., "versions": {library: version or None}}} as `make environments` recorded it."""
+    return json.loads(read_text("environments.json"))["environments"]
