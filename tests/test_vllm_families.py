@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 from conftest import make_tiny_model
-from vllm_support import require_vllm, vllm_environment
+from vllm_support import require_vllm
 
 from wemask_cli.method.config import WeMaskConfig
 
@@ -68,7 +68,6 @@ def hf_greedy(model, config: WeMaskConfig) -> tuple[list[list[int]], WeMaskConfi
 @pytest.mark.parametrize("family", sorted(VLLM_FAMILIES))
 def test_greedy_tokens_equal_transformers_at_0_03_and_1(tmp_path, tiny_tokenizer, family):
     require_vllm()
-    vllm_environment()
     from wemask_cli.engines.vllm.engine import VllmEngine
 
     model = saved_tiny(family, tmp_path, tiny_tokenizer)
