@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from bos_support import BOS_TEMPLATE, PLAIN_TEMPLATE, write_bos_folder, write_bos_gguf
+from bos_support import PLAIN_TEMPLATE, write_bos_folder, write_bos_gguf
 from conftest import run_main
 
 from wemask_cli.bos import GGUF_RECORD, adds_bos, gguf_fields
@@ -189,7 +189,11 @@ def test_training_rows_start_with_one_bos(monkeypatch, capsys, tmp_path, models,
     assert code == 0, err
     assert one_bos_first(first_tokens), first_tokens[:4]
     saved = load_model(str(tmp_path / "run")).tokenizer  # the trained model's tokenizer keeps adding BOS
-    assert adds_bos(saved) and saved.chat_template == BOS_TEMPLATE
+    conversation = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+    written = saved.apply_chat_template(conversation, tokenize=False)  # the template (its training markers aside)
+    reference = load_model(str(models["folder"])).tokenizer  # BOS_TEMPLATE's text
+    assert adds_bos(saved) and saved.chat_template.startswith("{{ bos_token }}")
+    assert written == reference.apply_chat_template(conversation, tokenize=False)
 
 
 @pytest.mark.embedded
