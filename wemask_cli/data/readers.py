@@ -62,7 +62,9 @@ def read_text(path: Path, what: str) -> str:
 
 
 def not_a_file(path: Path, what: str) -> WeMaskError:
-    """The error for a data path that is not a regular file: missing, or a pipe, socket or device."""
+    """The error for a data path that is not a regular file: missing, a folder, or a pipe, socket or device."""
+    if os.path.isdir(path):
+        return WeMaskError(f"{what} {path} is a folder, not a file")
     if os.path.exists(path):
         return WeMaskError(f"{what} {path} is not a regular file (a pipe, socket or device): save the data to a file and give that")
     return WeMaskError(f"{what} {path}: no such file")
