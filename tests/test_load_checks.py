@@ -169,7 +169,7 @@ def test_resume_after_a_kill_in_the_final_save_stops_at_max_steps(monkeypatch, c
 @pytest.mark.embedded
 def test_the_embedded_run_with_nan_gates_is_refused(monkeypatch, capsys, tmp_path, embedded_dir):
     run = train(monkeypatch, capsys, tmp_path / "run", embedded_dir, *RUN_FLAGS, "--me-layer", "11", "--max-steps", "1",
-                "--per-device-train-batch-size", "1", "--max-length", "32")  # fmt: skip
+                "--per-device-train-batch-size", "1", "--max-length", "32", "--train-on-prompt")  # fmt: skip
     name = poison(run / WEIGHTS_FILE, "gated_norm.")
     code, out, err = run_main(monkeypatch, capsys, "infer", "--model", str(run), "--prompt", "hi")
     assert_one_line(code, out, err, str(run / WEIGHTS_FILE), name)

@@ -461,7 +461,7 @@ def test_trainer_me_layer_auto_saves_the_located_layer(count_locates, monkeypatc
     code, _, err = run_main(
         monkeypatch, capsys, "sft", "--model", embedded_dir, "-o", str(out), "--dataset", str(DATA / "sft_chat.jsonl"),
         "--use-peft", "--mask-rate", "0.3", "--me-layer", "auto", "--max-steps", "1", "--max-length", "32",
-        "--per-device-train-batch-size", "1", "--save-strategy", "no",
+        "--per-device-train-batch-size", "1", "--save-strategy", "no", "--train-on-prompt",
     )  # fmt: skip
     assert code in (0, None), err
     assert f"ME layer (auto): {EMBEDDED_ME} (0-based)" in err and len(count_locates) == 1

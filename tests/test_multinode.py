@@ -85,4 +85,5 @@ def test_a_gguf_model_trains_on_two_nodes_of_two_processes(tmp_path, tiny_gguf, 
         entries = list((cache / "models").iterdir())
         assert len(entries) == 1 and entry_problem(entries[0]) is None, [p.name for p in entries]
         assert sorted(p.name for p in entries[0].iterdir()) == [
-            "chat_template.jinja", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+            "chat_template.jinja", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+            "wemask_gguf_tokenizer.json"]
