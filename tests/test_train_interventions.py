@@ -106,7 +106,7 @@ def test_every_remedy_at_learning_rate_0_starts_exactly_like_plain_trl(tmp_path,
     flags = [item for key, value in common.items() for item in (f"--{key.replace('_', '-')}", str(value))]
     remedies = {"gated_norm": "both", "pre_affine": "both", "gated_attention": True}
     ours = run(SFTStage(), TrainOptions(model=embedded_dir, output_dir=str(tmp_path / "ours"), dataset=DATA, dtype="float32",
-                                        intervention_options=remedies), [*flags, "--report-to", "none", "--save-strategy", "no",
-                                                                  "--train-on-prompt"])  # fmt: skip (TRL's default loss)
+                                        intervention_options=remedies, stage_options={"train_on_prompt": True}),  # TRL's default loss
+               [*flags, "--report-to", "none", "--save-strategy", "no"])  # fmt: skip
     assert [c.kind for c in ours.stage.installation.remedies.configs] == ["gated_norm", "pre_affine", "gated_attention"]
     assert loss_history(ours.trainer)[0][1] == loss_history(plain)[0][1]
