@@ -249,7 +249,7 @@ def test_trl_version_warning_is_silenced_for_vllm_0_32_only():
 
 def test_aware_mode_on_an_architecture_vllm_cannot_mask_is_refused_before_loading(monkeypatch, capsys, tmp_path):
     require_vllm()
-    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Gemma2ForCausalLM"]}))
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
     code, _, err = run_main(monkeypatch, capsys, "grpo", "--model", str(tmp_path), "--dataset", MATH, "--output-dir",
                             str(tmp_path / "out"), "--use-vllm", "--mask-rate", "0.3", "--me-layer", "1")  # fmt: skip
     assert code == 2 and err.count("\n") == 1 and "not covered by the vLLM mask" in err, err
