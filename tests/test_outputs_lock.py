@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import socket
 import subprocess
 import sys
@@ -61,13 +60,19 @@ def test_only_one_of_many_racers_takes_over_a_dead_lock(tmp_path):
 def test_a_lock_whose_pid_now_belongs_to_a_later_process_is_taken_over(tmp_path, capsys):
     folder = tmp_path / "run"
     folder.mkdir()
-    lock = {"pid": os.getppid(), "host": socket.gethostname(), "command": "wemask sft -o run", "started": "2030-01-01T00:00:00+0000"}
-    (folder / LOCK_NAME).write_text(json.dumps(lock))
-    with pytest.raises(WeMaskError, match="is in use by `wemask sft -o run`"):  # started before the lock: may be the run
+    # a live process whose command line names wemask, whatever runs the tests (make's sh, a terminal, CI)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "wemask", "sft"])
+    try:
+        lock = {"pid": live.pid, "host": socket.gethostname(), "command": "wemask sft -o run", "started": "2030-01-01T00:00:00+0000"}
+        (folder / LOCK_NAME).write_text(json.dumps(lock))
+        with pytest.raises(WeMaskError, match="is in use by `wemask sft -o run`"):  # started before the lock: may be the run
+            take_lock(folder, "sft")
+        lock["started"] = "2000-01-01T00:00:00+0000"  # the process with that pid started after the lock was written
+        (folder / LOCK_NAME).write_text(json.dumps(lock))
         take_lock(folder, "sft")
-    lock["started"] = "2000-01-01T00:00:00+0000"  # the process with that pid started after the lock was written
-    (folder / LOCK_NAME).write_text(json.dumps(lock))
-    take_lock(folder, "sft")
+    finally:
+        live.kill()
+        live.wait()
     assert "the pid was reused" in capsys.readouterr().err
 
 
