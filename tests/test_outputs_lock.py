@@ -8,6 +8,7 @@ import multiprocessing
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,10 @@ def test_a_lock_held_by_a_live_process_that_is_not_wemask_gives_the_way_out(tmp_
     folder = tmp_path / "run"
     folder.mkdir()
     sleeper = subprocess.Popen(["sleep", "30"])
+    cmdline = Path(f"/proc/{sleeper.pid}/cmdline")
+    deadline = time.monotonic() + 10
+    while b"sleep" not in cmdline.read_bytes() and time.monotonic() < deadline:  # until the child has exec'd
+        time.sleep(0.01)
     try:
         lock = {"pid": sleeper.pid, "host": socket.gethostname(), "command": "wemask sft -o run", "started": "2030-01-01T00:00:00+0000"}
         (folder / LOCK_NAME).write_text(json.dumps(lock))
