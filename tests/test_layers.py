@@ -17,7 +17,7 @@ Ranks (a module may import its own rank or lower, except as the rules below say)
     3  engines/                   where a forward runs (vLLM); imported only by commands/, eval/ and train/
     2  models, bos, gguf_cache, locate_cache, data/, interventions/, prompts, masking, massive, rewards/
                                   the building blocks eval and train share
-    1  outputs/, progress, ranks, finite, hub, model_names, resources/, plugins, cache
+    1  outputs/, progress, ranks, finite, hub, model_names, resources/, plugins, registry, cache
                                   plumbing with no knowledge of models or data
     0  method/, the package root  the science (torch only); wemask_cli/__init__.py re-exports it lazily
        compat/, versions          other libraries' internals, each behind a checked name; installed versions
@@ -46,7 +46,7 @@ RANKS = {
     "engines": 3,
     **dict.fromkeys(("models", "bos", "gguf_cache", "locate_cache", "data", "interventions", "prompts", "masking", "massive",
                      "rewards"), 2),
-    **dict.fromkeys(("outputs", "progress", "ranks", "finite", "hub", "model_names", "resources", "plugins",
+    **dict.fromkeys(("outputs", "progress", "ranks", "finite", "hub", "model_names", "resources", "plugins", "registry",
                      "cache"), 1),
     **dict.fromkeys(("method", "", "compat", "versions"), 0),
     **dict.fromkeys(("errors", "atomic"), -1),

@@ -1,0 +1,136 @@
+"""One `Registry` for every extension point (eval tasks, interventions, trainer stages, quantization schemes,
+engines, data layouts), with one set of rules. Imports nothing heavy.
+
+- An entry is a class (a subclass of the registry's base) or an instance of it, registered by its name.
+- The built-ins are the modules in `builtin` (importing one registers what it declares), read in that order.
+- Another package adds entries through the entry-point group `group`: an entry point names a module (importing it
+  registers) or an entry itself (registered when it loads). Plugins are loaded once per process, and only when the
+  entries are first read (never for `wemask --help`).
+- A duplicate name is a `RegistryError` naming both sources; a plugin cannot replace a built-in. Whatever goes wrong
+  while a plugin loads (a clash included) is one warning line naming the plugin, which is then left out as a whole.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Generic, TypeVar
+
+from .errors import WeMaskError
+from .plugins import FAILURES, failure, left_out, source_of
+
+T = TypeVar("T")
+
+
+class RegistryError(ValueError):
+    """A registration that breaks the rules: a duplicate name, an entry of the wrong type, a bad declaration."""
+
+
+def origin(entry: object) -> str:
+    """Where an entry is defined: 'wemask_cli.eval.tasks.math.MathTask (built-in)'."""
+    cls = entry if isinstance(entry, type) else type(entry)
+    builtin = " (built-in)" if cls.__module__.startswith("wemask_cli.") else ""
+    return f"{cls.__module__}.{cls.__qualname__}{builtin}"
+
+
+def same_entry(one: object, other: object) -> bool:
+    """The same declaration read twice (a module imported again under importlib), not two entries."""
+    if one is other:
+        return True
+    if isinstance(one, type) and isinstance(other, type):
+        return (one.__module__, one.__qualname__) == (other.__module__, other.__qualname__)
+    return type(one) is type(other) and one == other
+
+
+class Registry(Generic[T]):
+    """Name -> entry for one extension point.
+
+    `what` names the kind in messages ("eval task"); `flag` is how users name an entry ("--task"); `name_of` reads an
+    entry's name (default: its `name` attribute); `check` raises RegistryError for a bad declaration."""
+
+    def __init__(self, what: str, group: str, base: type, *, package: str, builtin: tuple[str, ...] = (),
+                 flag: str | None = None, name_of: Callable[[T], str] | None = None,
+                 check: Callable[[T], None] | None = None):
+        self.what, self.group, self.base, self.package = what, group, base, package
+        self.builtin, self.flag, self.check = builtin, flag, check
+        self.name_of = name_of or (lambda entry: entry.name)
+        self._entries: dict[str, T] = {}
+        self._sources: dict[str, str] = {}
+        self._loaded = False
+
+    def register(self, entry: T, source: str | None = None) -> T:
+        """Add `entry` (usable as a class decorator); RegistryError for a wrong type, a bad declaration or a taken name."""
+        is_entry = issubclass(entry, self.base) if isinstance(entry, type) else isinstance(entry, self.base)
+        if not is_entry:
+            raise RegistryError(f"{origin(entry)} is registered as a {self.what} but is not a {self.base.__name__}")
+        name = self.name_of(entry)
+        if not isinstance(name, str) or not name:
+            raise RegistryError(f"{origin(entry)} is registered as a {self.what} without a name")
+        if self.check is not None:
+            self.check(entry)
+        if name in self._entries and not same_entry(self._entries[name], entry):
+            raise RegistryError(
+                f"name clash: {source or origin(entry)} registers the {self.what} {name!r}, which is already "
+                f"{self._sources[name]}"
+            )
+        self._entries[name] = entry
+        self._sources.setdefault(name, source or origin(entry))
+        return entry
+
+    def _load(self) -> None:
+        """Import the built-in modules, then once the plugins' entry points; a failing plugin is undone and warned."""
+        for module in self.builtin:
+            importlib.import_module(f"{self.package}.{module}")
+        if self._loaded:
+            return
+        self._loaded = True
+        from importlib.metadata import entry_points
+
+        for point in entry_points(group=self.group):
+            before = (dict(self._entries), dict(self._sources))
+            try:
+                value = point.load()
+                if not isinstance(value, ModuleType) and not self.has(value):
+                    self.register(value, f"{origin(value)} (plugin {source_of(point)})")
+            except FAILURES as err:
+                self._entries, self._sources = before
+                left_out(self.what, source_of(point), self.group, f"failed to load: {failure(err)}")
+
+    def has(self, entry: object) -> bool:
+        return any(same_entry(known, entry) for known in self._entries.values())
+
+    def entries(self) -> dict[str, T]:
+        """Every entry by name: the built-ins in `builtin`'s order, then the plugins' in registration order."""
+        self._load()
+        return {name: self._entries[name] for name in sorted(self._entries, key=self._rank)}
+
+    def _rank(self, name: str) -> int:
+        """Built-in modules in `builtin`'s order (entries declared elsewhere in wemask first), plugins last."""
+        modules = [f"{self.package}.{module}" for module in self.builtin]
+        entry = self._entries[name]
+        module = (entry if isinstance(entry, type) else type(entry)).__module__
+        if module in modules:
+            return modules.index(module)
+        return -1 if self._sources[name].endswith("(built-in)") else len(modules)
+
+    def get(self, name: str) -> T:
+        """The entry called `name`; a WeMaskError naming the known ones when there is none."""
+        known = self.entries()
+        if name not in known:
+            asked = f"{self.flag} {name!r}" if self.flag else f"the {self.what} {name!r}"
+            raise WeMaskError(f"{asked} is unknown: use one of {', '.join(known) or '(none registered)'}")
+        return known[name]
+
+    def source(self, name: str) -> str:
+        self.entries()
+        return self._sources[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.entries()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.entries())
+
+    def __len__(self) -> int:
+        return len(self.entries())
