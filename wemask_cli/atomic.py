@@ -2,20 +2,47 @@
 
 A temporary file in the same folder, flushed to disk, then `os.replace` over the target: a reader sees the old file
 or the new one, never a torn one, and the temporary file never outlives a failure. The file gets the user's umask
-(a bare `tempfile.mkstemp` would leave it 0600).
+(a bare `tempfile.mkstemp` would leave it 0600). A write that fails (a full disk, a read-only folder, a missing
+permission) raises WriteFailed: one line for the user that is still an OSError with its errno, so a caller that
+tolerates an unwritable cache (`except OSError`) or names the checkpoint to resume from keeps doing so.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from .errors import WeMaskError
+
+
+class WriteFailed(WeMaskError, OSError):
+    """A file could not be written: 'could not write PATH: REASON', with the cause's errno, strerror and filename."""
+
+    def __init__(self, message: str, cause: OSError):
+        super().__init__(message)
+        self.errno, self.strerror, self.filename = cause.errno, cause.strerror, cause.filename
+
+    def __str__(self) -> str:
+        return self.args[0]
+
 
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
-    """Call `write(temporary_path)` to fill a temporary file next to `path`, then move it into place."""
+    """Call `write(temporary_path)` to fill a temporary file next to `path`, then move it into place (WriteFailed
+    when it cannot)."""
     path = Path(path)
+    try:
+        return _write_and_replace(path, write)
+    except WriteFailed:
+        raise
+    except OSError as err:
+        remedy = ": free some space or choose another folder" if err.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+        raise WriteFailed(f"could not write {path}: {describe_os_error(err)}{remedy}", err) from None
+
+
+def _write_and_replace(path: Path, write: Callable[[str], None]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(handle)
@@ -34,6 +61,17 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """atomic_write of UTF-8 text."""
     return atomic_write(path, lambda temporary: Path(temporary).write_text(text, encoding="utf-8"))
+
+
+def describe_os_error(err: OSError) -> str:
+    """A short reason for an OSError."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "no space left on the device"
+    if err.errno == errno.EROFS:
+        return "the file system is read-only"
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    return err.strerror or str(err)
 
 
 def follow_umask(path: str | Path) -> None:

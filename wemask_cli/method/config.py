@@ -196,7 +196,6 @@ class WeMaskConfig:
     def save(self, directory: str | Path) -> Path:
         """Write wemask_config.json atomically (a temporary file, then os.replace)."""
         path = Path(directory) / CONFIG_NAME
-        path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
         return path
 

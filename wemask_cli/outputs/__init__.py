@@ -14,14 +14,13 @@ inside (its own manifest) is kept. A folder a failed command created is removed 
 Torch-free.
 """
 
+from ..atomic import atomic_write_text, describe_os_error
 from .claim import OutputClaim, claim_output_dir, read_manifest, record_written
 from .files import (
     atomic_write_json,
-    atomic_write_text,
     check_inputs_outside,
     check_output_file,
     check_writable,
-    describe_os_error,
     dumps_strict,
     strict_json,
 )

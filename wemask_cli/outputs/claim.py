@@ -9,10 +9,11 @@ import os
 import shutil
 from pathlib import Path
 
-from ..atomic import follow_umask
+from ..atomic import describe_os_error, follow_umask
 from ..errors import WeMaskError
-from ..progress import is_main_process, say
-from .files import check_writable, describe_os_error
+from ..progress import say
+from ..ranks import is_main_process
+from .files import check_writable
 from .lock import remove_quietly, take_lock
 from .manifest import MANIFEST_NAME, OURS, STAGING_NAME, Manifest, Plan, Snapshot, tree
 

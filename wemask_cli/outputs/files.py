@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
 from pathlib import Path
 
-from .. import atomic
+from ..atomic import atomic_write_text
 from ..errors import WeMaskError
 
 
@@ -52,31 +51,9 @@ def _plain(value):
     return str(value)
 
 
-def atomic_write_text(path, text: str) -> Path:
-    """atomic.atomic_write_text (readers see the old or the new file, never a torn one), with a full disk, a
-    read-only folder or a missing permission as one line (WeMaskError)."""
-    path = Path(path)
-    try:
-        return atomic.atomic_write_text(path, text)
-    except OSError as err:
-        remedy = ": free some space or choose another folder" if err.errno in (errno.ENOSPC, errno.EDQUOT) else ""
-        raise WeMaskError(f"could not write {path}: {describe_os_error(err)}{remedy}") from None
-
-
 def atomic_write_json(path, obj) -> Path:
     """atomic_write_text of strict JSON (see dumps_strict)."""
     return atomic_write_text(path, dumps_strict(obj))
-
-
-def describe_os_error(err: OSError) -> str:
-    """A short reason for an OSError."""
-    if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        return "no space left on the device"
-    if err.errno == errno.EROFS:
-        return "the file system is read-only"
-    if err.errno in (errno.EACCES, errno.EPERM):
-        return "permission denied"
-    return err.strerror or str(err)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -15,9 +15,9 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
+from ..atomic import describe_os_error
 from ..errors import WeMaskError
 from ..progress import warn
-from .files import describe_os_error
 from .manifest import LOCK_NAME
 
 UNREADABLE_LOCK_GRACE_S = 60.0  # a lock file still empty after this long was torn by a killed process

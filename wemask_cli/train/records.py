@@ -14,13 +14,11 @@ from pathlib import Path
 
 from ..method.config import WeMaskConfig
 from ..outputs import METRICS_FILE, RUN_RECORD_FILE, atomic_write_json, strict_json
-from ..versions import library_versions
-
-LIBRARIES = ("wemask-cli", "torch", "transformers", "trl", "peft", "accelerate", "datasets")
+from ..versions import RUN_LIBRARIES, library_versions
 
 
 def versions() -> dict:
-    return {"python": platform.python_version(), **library_versions(LIBRARIES)}
+    return {"python": platform.python_version(), **library_versions(RUN_LIBRARIES)}
 
 
 class RunRecord:

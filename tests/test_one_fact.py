@@ -1,0 +1,41 @@
+"""Facts kept once: one atomic write (one line on failure, still an OSError), one rank-0 rule, one list of libraries."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from wemask_cli import atomic, progress, ranks, versions
+from wemask_cli.errors import WeMaskError
+from wemask_cli.method.config import WeMaskConfig
+
+
+def test_every_atomic_write_fails_in_one_line_that_is_still_an_os_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(WeMaskError, match=r"^could not write .*a-file/run/wemask_config.json: ") as caught:
+        WeMaskConfig().save(blocker / "run")  # method/ writes through the same function as outputs/
+    assert isinstance(caught.value, OSError) and caught.value.errno in (errno.ENOTDIR, errno.EEXIST)
+    with pytest.raises(OSError):  # a caller that tolerates an unwritable cache keeps catching it
+        atomic.atomic_write_text(blocker / "cache.json", "{}")
+    assert [p.name for p in tmp_path.iterdir()] == ["a-file"]
+
+
+def test_one_rank_rule_for_speaking_and_for_collectives(monkeypatch, capsys):
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "1")  # a single-node launcher that sets only LOCAL_RANK
+    progress.say("hello")
+    assert (ranks.rank(), ranks.is_main_process(), capsys.readouterr().err) == (1, False, "")
+    monkeypatch.setenv("RANK", "0")  # the global rank decides (node 0's first process; LOCAL_RANK is per node)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert (ranks.rank(), ranks.is_main_process()) == (0, True)
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "0")  # node 1's first process: not the main one
+    assert (ranks.rank(), progress.is_main_process()) == (3, False)
+
+
+def test_every_record_lists_libraries_from_the_one_list():
+    for named in (versions.EVAL_LIBRARIES, versions.RUN_LIBRARIES, versions.ENV_LIBRARIES, versions.TESTED_LIBRARIES):
+        assert [versions.LIBRARIES.index(name) for name in named] == sorted(versions.LIBRARIES.index(name) for name in named)
+    assert set(versions.TESTED_LIBRARIES) | {"wemask-cli"} == set(versions.LIBRARIES)
