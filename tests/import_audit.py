@@ -66,7 +66,7 @@ original_import_module = importlib.import_module
 
 
 def traced_import(name, globals=None, locals=None, fromlist=(), level=0):
-    globals = globals or {}
+    globals = globals if globals is not None else sys._getframe(1).f_globals  # `__import__(name)` called bare
     importer = globals.get("__name__")
     package = globals.get("__package__") or (importer if "__path__" in globals else (importer or "").rpartition(".")[0])
     target = absolute(name, package, level)

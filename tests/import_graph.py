@@ -203,7 +203,8 @@ class ImportFinder(ast.NodeVisitor):
         elif called == "sys.modules.get" and node.args:
             self.followed.add(id(node.func.value) if isinstance(node.func, ast.Attribute) else id(node.func))
             self.fetch(node, node.args[0])
-        elif self.computed_getattr(node):
+        elif called in RUNS_CODE or self.computed_getattr(node):
+            self.followed.add(id(node.func))
             self.refuse(node)
         self.generic_visit(node)
 

@@ -38,6 +38,7 @@ import sys
 from functools import cache
 from pathlib import Path
 
+import pytest
 from import_graph import PACKAGE, Dynamic, Import, Module, imports, modules_of, shortest_cycle, strongly_connected, tree_files
 
 RANKS = {
@@ -228,3 +229,169 @@ def test_the_audit_sees_the_help_paths_and_every_module():
     assert ("wemask_cli.cli", "typer") in edges and ("wemask_cli.cli.eval", "wemask_cli.cli.eval_flags") in edges
     importers = {here for here, _ in edges}
     assert len(importers) > 0.9 * len([m for m in modules_of(tree_files()) if m != "wemask_cli.__main__"]), importers
+
+
+# ------------------------------------------------------------------------------------------ the checker itself
+
+PLANTED = {
+    "wemask_cli/__init__.py": "from .errors import WeMaskError\n",
+    "wemask_cli/errors.py": "",
+    "wemask_cli/progress.py": "import wemask_cli.cli.app as app\n",
+    "wemask_cli/models.py": "def load():\n    from .train import stage\n",
+    "wemask_cli/method/__init__.py": "from . import config\n",
+    "wemask_cli/method/config.py": "",
+    "wemask_cli/commands/__init__.py": "",
+    "wemask_cli/commands/locate.py": "from .infer import x\n",
+    "wemask_cli/commands/infer.py": "",
+    "wemask_cli/commands/report.py": "from .report_settings import keys\n",
+    "wemask_cli/commands/report_settings.py": "from ..errors import WeMaskError\n",
+    "wemask_cli/masking.py": "def f():\n    from .commands.locate import encode\n    import rich.console\nfrom .prompts import x\n",
+    "wemask_cli/prompts.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .masking import MaskRequest\n",
+    "wemask_cli/data/__init__.py": "from .. import cli\n",
+    "wemask_cli/data/readers.py": "import importlib\nimportlib.import_module('wemask_cli.render.common')\n",
+    "wemask_cli/data/columns.py": "__import__('wemask_cli.commands.eval')\n",
+    "wemask_cli/data/formats.py": "from importlib import import_module\nm = import_module('..eval', __package__)\n",
+    "wemask_cli/data/folders.py": "import importlib\ndef f(x):\n    return importlib.import_module(f'wemask_cli.train.{x}')\n",
+    "wemask_cli/data/verl.py": "from wemask_cli import commands\n",
+    "wemask_cli/data/deep/__init__.py": "from ... import render\n",
+    "wemask_cli/data/deep/far.py": "from .... import outside\n",
+    "wemask_cli/eval/__init__.py": "from ..train import run\n",
+    "wemask_cli/render/tasks.py": "from ..engines import vllm\n",
+    "wemask_cli/train/__init__.py": "",
+    "wemask_cli/train/run.py": "from wemask_cli.engines import vllm\nfrom .stage import Stage\n",
+    "wemask_cli/train/stage.py": "def f():\n    from . import run\n",
+    "wemask_cli/engines/__init__.py": "",
+    "wemask_cli/engines/vllm.py": "",
+    "wemask_cli/render/__init__.py": "",
+    "wemask_cli/render/common.py": "import rich\nfrom ..cli import app\n",
+    "wemask_cli/cli/__init__.py": "import typer\nfrom ..commands import locate\napp = 1\n",
+    "wemask_cli/newthing.py": "",
+    "wemask_cli/method/mask.py": "from ..progress import say\nimport importlib\nf = importlib.import_module(f'wemask_cli.{1}')\n",
+}
+
+
+def test_the_checker_catches_each_kind_of_violation():
+    found = "\n".join(violations(PLANTED))
+    expected = [
+        "commands/locate.py:1 imports wemask_cli.commands.infer: a command may not import another command",
+        "masking.py:2 imports wemask_cli.commands.locate: masking (rank 2) may not import commands (rank 5)",
+        "masking.py:3 imports rich.console: only cli/, render/ and __main__ may import rich",
+        "models.py:2 imports wemask_cli.train.stage: models (rank 2) may not import train (rank 4)",  # in a function
+        "data/__init__.py:1 imports wemask_cli.cli: data (rank 2) may not import cli",  # `from .. import x` in __init__
+        "data/readers.py:2 imports wemask_cli.render.common: data (rank 2) may not import render",  # importlib
+        "data/columns.py:1 imports wemask_cli.commands.eval: data (rank 2) may not import commands",  # __import__
+        "data/formats.py:2 imports wemask_cli.eval: data (rank 2) may not import eval",  # relative import_module
+        "data/folders.py:3 imports wemask_cli.train: data (rank 2) may not import train",  # an f-string's package
+        "data/verl.py:1 imports wemask_cli.commands: data (rank 2) may not import commands",  # from wemask_cli import
+        "data/deep/__init__.py:1 imports wemask_cli.render: data (rank 2) may not import render",  # three dots
+        "data/deep/far.py: relative import beyond the top-level package",
+        "eval/__init__.py:1 imports wemask_cli.train.run: eval and train never import each other",
+        "render/tasks.py:1 imports wemask_cli.engines.vllm: only commands/, eval/ and train/ import engines/",
+        "render/common.py:2 imports wemask_cli.cli: render may not import cli",
+        "newthing.py: wemask_cli.newthing has no rank",
+        "method/mask.py:1 imports wemask_cli.progress: method (rank 0) may not import progress (rank 1)",
+        "method/mask.py:3 imports wemask_cli: a dynamic import must name its package",
+        "progress.py:1 imports wemask_cli.cli.app: progress (rank 1) may not import cli (rank 6)",  # plain import
+        ("import cycle between wemask_cli.train.run, wemask_cli.train.stage, e.g. wemask_cli/train/run.py:2 -> "
+         "wemask_cli.train.stage; wemask_cli/train/stage.py:2 -> wemask_cli.train.run"),
+    ]
+    missing = [line for line in expected if line not in found]
+    assert missing == [], found
+    assert "import cycle between wemask_cli.masking, wemask_cli.prompts" in found  # closed under TYPE_CHECKING
+    allowed = ("commands/report.py", "report_settings.py", "train/run.py:1", "cli/__init__.py", "render/common.py:1",
+               "method/__init__.py", "wemask_cli/__init__.py")
+    assert not [line for line in found.splitlines() if any(a in line.split(" imports")[0] for a in allowed)
+                and "cycle" not in line], found
+
+
+# Nine ways a module once slipped past the checker: each must be flagged.
+EVASIONS = {
+    "wemask_cli/__init__.py": "",
+    "wemask_cli/commands/__init__.py": "",
+    "wemask_cli/commands/infer.py": "",
+    "wemask_cli/commands/locate.py": "import importlib\ndef run(name):\n    return importlib.import_module(f'wemask_cli.commands.{name}')\n",
+    "wemask_cli/data/__init__.py": "",
+    "wemask_cli/data/readers.py": "from importlib import import_module as load\nload('wemask_cli.train.run')\n",
+    "wemask_cli/data/columns.py": "import importlib\ngetattr(importlib, 'import_module')('wemask_cli.eval.sweep')\n",
+    "wemask_cli/data/formats.py": "exec('from wemask_cli.cli import app')\n",
+    "wemask_cli/data/folders.py": "import sys\ndef f():\n    return sys.modules['wemask_cli.commands.infer'].run\n",
+    "wemask_cli/data/mixture.py": "import importlib\nTARGET = 'wemask_cli.train.run'\nimportlib.import_module(TARGET)\n"
+                                  "def f(name):\n    return importlib.import_module(name)\n",
+    "wemask_cli/masking.py": "import click\n",
+    "wemask_cli/prompts.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .bos import Bos\n",
+    "wemask_cli/bos.py": "from .prompts import render\n",
+    "wemask_cli/models.py": "from .interventions.saved import load\n",
+    "wemask_cli/interventions/__init__.py": "from .registry import register\n",
+    "wemask_cli/interventions/registry.py": "def register():\n    from ..models import load\n",
+    "wemask_cli/interventions/saved.py": "",
+    "wemask_cli/train/__init__.py": "",
+    "wemask_cli/train/run.py": "",
+    "wemask_cli/eval/__init__.py": "",
+    "wemask_cli/eval/sweep.py": "",
+    "wemask_cli/cli/__init__.py": "",
+}
+
+
+@pytest.mark.parametrize("expected", [
+    # an f-string import of another command: refused, and its package's commands ranked
+    "commands/locate.py:3 importlib.import_module(f'wemask_cli.commands.{name}'): a dynamic import",
+    "commands/locate.py:3 imports wemask_cli.commands: a command may not import another command",
+    "data/readers.py:2 imports wemask_cli.train.run: data (rank 2) may not import train",  # from importlib ... as load
+    "data/columns.py:2 imports wemask_cli.eval.sweep: data (rank 2) may not import eval",  # getattr(importlib, ...)
+    "data/formats.py:1 exec('from wemask_cli.cli import app'): a dynamic import",  # exec
+    "data/folders.py:3 imports wemask_cli.commands.infer: data (rank 2) may not import commands",  # sys.modules[...]
+    "data/mixture.py:3 imports wemask_cli.train.run: data (rank 2) may not import train",  # a constant in a variable
+    "data/mixture.py:5 importlib.import_module(name): a dynamic import",  # a name only known at run time
+    "masking.py:1 imports click: only cli/, render/ and __main__ may import click",
+    "import cycle between wemask_cli.bos, wemask_cli.prompts",  # closed under TYPE_CHECKING
+    # through a package __init__: models imports interventions.saved, which runs interventions/__init__.py first
+    "import cycle between wemask_cli.interventions, wemask_cli.interventions.registry, wemask_cli.models, e.g. "
+    "wemask_cli/interventions/__init__.py:1 -> wemask_cli.interventions.registry; wemask_cli/interventions/registry.py:2"
+    " -> wemask_cli.models; wemask_cli/models.py:1 (running wemask_cli.interventions/__init__.py) -> wemask_cli.interventions",
+])
+def test_the_checker_sees_through_each_evasion(expected):
+    found = violations(EVASIONS)
+    assert [line for line in found if expected in line], "\n".join(found)
+
+
+def test_an_allowed_dynamic_import_is_still_ranked():
+    files = {"wemask_cli/rewards/loading.py": "import importlib\nimportlib.import_module(f'wemask_cli.cli.{x}')\n",
+             "wemask_cli/cli/__init__.py": ""}
+    assert violations(files) == ["wemask_cli/rewards/loading.py:2 imports wemask_cli.cli: rewards (rank 2) may not import cli (rank 6)"]
+
+
+# What the static reader cannot resolve, the audit of a real run catches: a package of planted modules, imported.
+AT_RUN_TIME = {
+    "wemask_cli/__init__.py": "",
+    "wemask_cli/commands/__init__.py": "",
+    "wemask_cli/commands/infer.py": "",
+    "wemask_cli/commands/locate.py": "import importlib\nimportlib.import_module('.'.join(['wemask_cli', 'commands', 'infer']))\n",
+    "wemask_cli/data/__init__.py": "",
+    "wemask_cli/data/readers.py": "exec('import wemask_cli.train.run')\n",
+    "wemask_cli/data/columns.py": "import importlib\ngetattr(importlib, 'import_' + 'module')('wemask_cli.eval.sweep')\n",
+    "wemask_cli/masking.py": "name = 'click'\nname = name + ''\n__import__(name)\n",
+    "wemask_cli/train/__init__.py": "",
+    "wemask_cli/train/run.py": "",
+    "wemask_cli/eval/__init__.py": "",
+    "wemask_cli/eval/sweep.py": "",
+}
+
+
+def test_the_audit_catches_what_really_ran(tmp_path):
+    for path, source in AT_RUN_TIME.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(source)
+    audit = audit_of(str(tmp_path), with_help=False)
+    assert audit["failed"] == {}, audit["failed"]
+    found = "\n".join(runtime_violations(audit, modules_of(AT_RUN_TIME)))
+    for expected in (
+        "wemask_cli.commands.locate imported wemask_cli.commands.infer at run time (import_module): a command may not import another command",
+        "wemask_cli.data.readers imported wemask_cli.train.run at run time (import): data (rank 2) may not import train",
+        "wemask_cli.data.readers ran exec() at run time",
+        "wemask_cli.data.columns imported wemask_cli.eval.sweep at run time (import_module): data (rank 2) may not import eval",
+        "wemask_cli.masking imported click at run time (import): only cli/, render/ and __main__ may import click",
+        "wemask_cli.masking imported click at run time (audit): only cli/, render/ and __main__ may import click",
+    ):
+        assert expected in found, found
+    static = "\n".join(violations(AT_RUN_TIME))  # and the reader refuses each of them
+    assert all(f"{path}:" in static for path in ("commands/locate.py", "data/readers.py", "data/columns.py", "masking.py")), static

@@ -62,22 +62,27 @@ def parse_dims(dims) -> dict[int, list[int]]:
     problem = "it is not a mapping of 0-based layer to a list of dims"
     if isinstance(dims, dict):
         try:
-            parsed = {}
-            for layer, values in dims.items():
-                if isinstance(values, (str, bytes)) or not all(
-                    isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values
-                ):
-                    raise TypeError
-                if len(set(values)) != len(values):
-                    problem = f"layer {layer} lists a dim twice"
-                    raise ValueError
-                parsed[int(layer)] = sorted(values)
-            return parsed
+            return dict(_layer_dims(layer, values) for layer, values in dims.items())
+        except _RepeatedDim as err:
+            problem = str(err)
         except (TypeError, ValueError):
             pass
     raise WeMaskConfigError(
         f"dims={str(dims)[:60]!r} is not valid: {problem}, e.g. {{\"11\": [3, 507]}}; delete 'dims' to reselect them"
     )
+
+
+class _RepeatedDim(ValueError):
+    """A layer lists one dim twice."""
+
+
+def _layer_dims(layer, values) -> tuple[int, list[int]]:
+    """(the layer as an int, its dims sorted); TypeError unless the dims are 0-based ints, _RepeatedDim for a repeat."""
+    if isinstance(values, (str, bytes)) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        raise TypeError
+    if len(set(values)) != len(values):
+        raise _RepeatedDim(f"layer {layer} lists a dim twice")
+    return int(layer), sorted(values)
 
 
 @dataclass

@@ -102,14 +102,25 @@ def locate_plot(report: dict, path: str | Path) -> Path:
     return save_figure(locate_figure(report), path)
 
 
+PANELS = [  # (title, [(metric, label), ...], log scale): the first seven panels, in reading order
+    ("Residual-stream norm (log)", [("first_norm", "first token ‖h₀‖"), ("other_norm", "other tokens, mean ‖hₜ‖")], True),
+    ("First token vs others, and step over the previous layer (log)",
+     [("first_over_other", "‖h₀‖ / ‖hₜ‖"), ("step", "‖h₀‖ / previous layer's")], True),
+    ("Pre-FFN norm: ΔFrac (left) and ΔKL (right axis)", [("delta_frac", "ΔFrac (top-1% |w| dims)")], False),
+    ("Projection concentration ΔC", [("delta_c_up", "up"), ("delta_c_gate", "gate"), ("delta_c_down", "down")], False),
+    ("FFN branch: magnification first vs others (log)", [("ffn_magnification", "FFN×"), ("norm_magnification", "pre-FFN norm×")], True),
+    ("Attention sink mass and first-token cosine across prompts",
+     [("sink_mass", "sink mass (attention on first token)"), ("first_token_cosine", "cos(h₀) across prompts")], False),
+    ("Who writes the first token's output: branch norm / ‖h₀‖",
+     [("attn_share", "attention"), ("ffn_share", "FFN (whole block)"), ("routed_share", "routed experts"),
+      ("shared_share", "shared expert")], False),
+]  # fmt: skip
+LEGEND_OUTSIDE = {"fontsize": 8, "loc": "upper left", "borderaxespad": 0}  # right of each panel, never over its curves
+
+
 def locate_figure(report: dict):
     """First vs other token norm (log) with the ME layer marked, and panels for the ME-layer metrics."""
     from matplotlib.figure import Figure
-
-    layers = [r["layer"] for r in report["layers"]]
-
-    def series(key: str) -> list[float]:
-        return [float("nan") if r.get(key) is None else r[key] for r in report["layers"]]
 
     me = report["me_layer"]
     fig = Figure(figsize=(17, 13), layout="constrained")
@@ -117,51 +128,55 @@ def locate_figure(report: dict):
     title = f"{model_label(report['model'])} ({report['model_type']}): "
     title += "no ME layer found" if me is None else f"ME layer {me} (0-based), {report['agreement']} prompts agree"
     fig.suptitle(title, fontsize=14)
-    panels = [
-        ("Residual-stream norm (log)", [("first_norm", "first token ‖h₀‖"), ("other_norm", "other tokens, mean ‖hₜ‖")], True),
-        ("First token vs others, and step over the previous layer (log)",
-         [("first_over_other", "‖h₀‖ / ‖hₜ‖"), ("step", "‖h₀‖ / previous layer's")], True),
-        ("Pre-FFN norm: ΔFrac (left) and ΔKL (right axis)", [("delta_frac", "ΔFrac (top-1% |w| dims)")], False),
-        ("Projection concentration ΔC", [("delta_c_up", "up"), ("delta_c_gate", "gate"), ("delta_c_down", "down")], False),
-        ("FFN branch: magnification first vs others (log)", [("ffn_magnification", "FFN×"), ("norm_magnification", "pre-FFN norm×")], True),
-        ("Attention sink mass and first-token cosine across prompts",
-         [("sink_mass", "sink mass (attention on first token)"), ("first_token_cosine", "cos(h₀) across prompts")], False),
-        ("Who writes the first token's output: branch norm / ‖h₀‖",
-         [("attn_share", "attention"), ("ffn_share", "FFN (whole block)"), ("routed_share", "routed experts"),
-          ("shared_share", "shared expert")], False),
-    ]  # fmt: skip
-    for ax, (name, keys, log) in zip(axes, panels):
+    kl = metric_panels(axes, report)
+    mark_layers(axes, report)
+    for ax in (axes[0], axes[1], axes[3], axes[4], axes[5]):
+        ax.legend(bbox_to_anchor=(1.02, 1), **LEGEND_OUTSIDE)
+    handles = axes[2].get_legend_handles_labels()[0] + kl.get_legend_handles_labels()[0]
+    kl.legend(handles=handles, bbox_to_anchor=(1.14, 1), **LEGEND_OUTSIDE)  # beyond the ΔKL axis and its label
+    axes[6].legend(bbox_to_anchor=(1.02, 1), **LEGEND_OUTSIDE)
+    if routing_panel(axes[7], report):
+        axes[7].legend(bbox_to_anchor=(1.02, 1), **LEGEND_OUTSIDE)
+    for ax in axes[6:]:
+        ax.set_xlabel("layer (0-based)")
+    return fig
+
+
+def metric_series(report: dict, key: str) -> list[float]:
+    """One metric per layer, NaN where the report has none."""
+    return [float("nan") if r.get(key) is None else r[key] for r in report["layers"]]
+
+
+def metric_panels(axes, report: dict):
+    """The PANELS, ΔKL on a right axis of the third (returned) and WeMask's sink mass in the sixth."""
+    layers = [r["layer"] for r in report["layers"]]
+    for ax, (name, keys, log) in zip(axes, PANELS):
         for key, label in keys:
-            ax.plot(layers, series(key), marker="o", markersize=3, label=label)
+            ax.plot(layers, metric_series(report, key), marker="o", markersize=3, label=label)
         if log:
             ax.set_yscale("log")
         ax.set_title(name, fontsize=11)
         ax.grid(alpha=0.3)
     kl = axes[2].twinx()
-    kl.plot(layers, series("delta_kl"), marker="o", markersize=3, color="tab:orange", label="ΔKL (right axis)")
+    kl.plot(layers, metric_series(report, "delta_kl"), marker="o", markersize=3, color="tab:orange", label="ΔKL (right axis)")
     kl.axhline(0, color="tab:orange", linewidth=0.5, alpha=0.5)
     axes[2].set_ylabel("ΔFrac", color="tab:blue")
     kl.set_ylabel("ΔKL", color="tab:orange")
     for run in report["mask_rates"]:
         axes[5].plot(layers, [float("nan") if v is None else v for v in run["sink_mass"]], linestyle="--",
                      label=f"sink mass, WeMask r={run['mask_rate']:g}")  # fmt: skip
+    return kl
+
+
+def mark_layers(axes, report: dict) -> None:
+    """The earlier rises (dotted) and the ME layer (red) on every panel, labelled in the first."""
+    me = report["me_layer"]
     for ax in axes:
         for i, rise in enumerate(report["earlier_rises"]):
             label = "earlier rise" if ax is axes[0] and i == 0 else None
             ax.axvline(rise["layer"], color="orange", linestyle=":", alpha=0.8, label=label)
         if me is not None:
             ax.axvline(me, color="red", linewidth=1.5, alpha=0.7, label=f"ME layer {me}" if ax is axes[0] else None)
-    outside = {"fontsize": 8, "loc": "upper left", "borderaxespad": 0}  # right of each panel, never over its curves
-    for ax in (axes[0], axes[1], axes[3], axes[4], axes[5]):
-        ax.legend(bbox_to_anchor=(1.02, 1), **outside)
-    handles = axes[2].get_legend_handles_labels()[0] + kl.get_legend_handles_labels()[0]
-    kl.legend(handles=handles, bbox_to_anchor=(1.14, 1), **outside)  # beyond the ΔKL axis and its label
-    axes[6].legend(bbox_to_anchor=(1.02, 1), **outside)
-    if routing_panel(axes[7], report):
-        axes[7].legend(bbox_to_anchor=(1.02, 1), **outside)
-    for ax in axes[6:]:
-        ax.set_xlabel("layer (0-based)")
-    return fig
 
 
 def routing_panel(ax, report: dict) -> bool:
