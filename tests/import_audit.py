@@ -2,7 +2,8 @@
 
 It records which wemask_cli module imported which module while it runs `wemask --help` and `wemask CMD --help` for
 every command (with --help) and then imports every module under ROOT/wemask_cli (but __main__), and prints them as
-JSON: {"edges": [[importer, imported, how], ...], "execs": [[module, event], ...], "failed": {module: error}}.
+JSON: {"edges": [[importer, imported, how], ...], "execs": [[module, event], ...], "failed": {module: error},
+"planted": [a wemask_cli name in sys.modules that is no module file under ROOT: put there by hand]}.
 
 Three witnesses, so that no way of importing goes unseen:
 - `builtins.__import__` wrapped: every `import` statement, cached or not, with the importer's globals (relative
@@ -134,7 +135,9 @@ def main(root: Path, with_help: bool) -> dict:
             original_import_module(name)
         except Exception as err:  # an optional engine's library absent, or a planted module that fails
             failed[name] = f"{type(err).__name__}: {err}"
-    return {"edges": sorted(edges), "execs": sorted(execs), "failed": failed}
+    files = set(every_module(root)) | {"wemask_cli.__main__"}
+    planted = sorted(name for name in sys.modules if ours(name) and name not in files)
+    return {"edges": sorted(edges), "execs": sorted(execs), "failed": failed, "planted": planted}
 
 
 if __name__ == "__main__":

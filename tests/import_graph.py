@@ -9,10 +9,11 @@ an import is still a dependency), anywhere in the file, `if TYPE_CHECKING:` bloc
 
 What cannot be read is refused (a Dynamic record) rather than skipped: an import function called with a name
 that is not a constant string (an f-string, a variable; an f-string still counts as an import of the package its
-constant prefix names), an import function used as a value (passed, returned), `getattr` on importlib, builtins
-or sys with a name that is not a constant, any other use of sys.modules (assigned, iterated, passed), exec, eval
-and compile, and the loaders that run a file as a module (importlib.util.spec_from_file_location and
-module_from_spec, importlib.machinery, importlib.reload, runpy).
+constant prefix names; a top-level constant is read), an import function used as a value (passed, returned),
+`getattr` on importlib, builtins or sys with a name that is not a constant, their `__dict__` or `vars()`, any
+other use of sys.modules (assigned, iterated, passed), exec, eval and compile, and the loaders that run a file as a
+module (importlib.util.spec_from_file_location and module_from_spec, importlib.machinery, importlib.reload, runpy,
+pkgutil.resolve_name).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "wemask_cli"
 IMPORT_FUNCTIONS = ("importlib.import_module", "builtins.__import__", "importlib.__import__")
 RUNS_CODE = ("builtins.exec", "builtins.eval", "builtins.compile")
 LOADERS = ("importlib.util.spec_from_file_location", "importlib.util.module_from_spec", "importlib.util.spec_from_loader",
-           "importlib.machinery", "importlib.reload", "runpy", "zipimport")
+           "importlib.machinery", "importlib.reload", "runpy", "zipimport", "pkgutil.resolve_name")
 REACHES_IMPORTS = ("importlib", "importlib.util", "builtins", "sys")  # getattr on these with a computed name: refused
 BUILTINS = ("__import__", "exec", "eval", "compile")
 
@@ -81,10 +82,12 @@ def resolve(name: str, level: int, anchor: str) -> str:
 
 
 def watched(qualified: str | None) -> bool:
-    """An import function, exec/eval/compile, sys.modules or a loader: what the finder follows or refuses."""
+    """An import function, exec/eval/compile, sys.modules, a loader, or the namespace of a module that reaches them
+    (importlib.__dict__, vars(builtins)): what the finder follows or refuses."""
     if qualified is None:
         return False
     return (qualified in IMPORT_FUNCTIONS + RUNS_CODE or qualified == "sys.modules"
+            or any(qualified == f"{module}.__dict__" for module in REACHES_IMPORTS)
             or any(qualified == loader or qualified.startswith(f"{loader}.") for loader in LOADERS))
 
 
@@ -203,7 +206,7 @@ class ImportFinder(ast.NodeVisitor):
         elif called == "sys.modules.get" and node.args:
             self.followed.add(id(node.func.value) if isinstance(node.func, ast.Attribute) else id(node.func))
             self.fetch(node, node.args[0])
-        elif called in RUNS_CODE or self.computed_getattr(node):
+        elif called in RUNS_CODE or self.computed_getattr(node) or self.namespace_of(node):
             self.followed.add(id(node.func))
             self.refuse(node)
         self.generic_visit(node)
@@ -222,6 +225,11 @@ class ImportFinder(ast.NodeVisitor):
         if id(node) not in self.followed:
             self.refuse(node)
         return True
+
+    def namespace_of(self, node: ast.Call) -> bool:
+        """vars(importlib), vars(builtins), vars(sys): a way around every name the finder follows."""
+        return (isinstance(node.func, ast.Name) and node.func.id == "vars" and len(node.args) == 1
+                and self.names.qualified(node.args[0]) in REACHES_IMPORTS)
 
     def computed_getattr(self, node: ast.Call) -> bool:
         return (isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) >= 2

@@ -2,7 +2,7 @@
 module of wemask_cli (tests/import_graph.py says what counts; what it cannot read is refused unless the module is in
 DYNAMIC_IMPORTS, with why), and on the imports Python really executes while `wemask --help`, `wemask CMD --help`
 and an import of every module run in a fresh process (tests/import_audit.py: `__import__` and `import_module`
-wrapped, an audit hook on "import", "exec" and "compile").
+wrapped, an audit hook on "import", "exec" and "compile", sys.modules checked for modules put there by hand).
 
 Ranks (a module may import its own rank or lower, except as the rules below say):
 
@@ -188,7 +188,7 @@ def runtime_violations(audit: dict, mods: dict[str, Module]) -> list[str]:
         if why:
             found.append(f"{here} imported {there} at run time ({how}): {why}")
     found += [f"{here} ran {event}() at run time: code the import checks cannot read" for here, event in audit["execs"]]
-    return found
+    return found + [f"{name} was put in sys.modules by hand: no module file holds it" for name in audit.get("planted", ())]
 
 
 def violations(files: dict[str, str] | None = None, audit: dict | None = None) -> list[str]:
@@ -354,6 +354,17 @@ def test_the_checker_sees_through_each_evasion(expected):
     assert [line for line in found if expected in line], "\n".join(found)
 
 
+def test_every_other_way_around_is_refused():
+    ways = ["importlib.__dict__['import_module']('wemask_cli.cli')", "vars(importlib)['import_module']('wemask_cli.cli')",
+            "getattr(importlib, 'import_' + 'module')('wemask_cli.cli')", "map(importlib.import_module, ['wemask_cli.cli'])",
+            "importlib.util.module_from_spec(spec)", "__builtins__.__import__(name)", "il.import_module(name)",
+            "sys.modules.setdefault('wemask_cli.cli', None)", "pkgutil.resolve_name('wemask_cli.cli:app')", "eval('1')"]
+    for way in ways:
+        source = f"import importlib, importlib.util, pkgutil, sys\nimport importlib as il\n{way}\n"
+        found = violations({"wemask_cli/data/readers.py": source, "wemask_cli/data/__init__.py": ""})
+        assert any("data/readers.py:3" in line and "a dynamic import" in line for line in found), (way, found)
+
+
 def test_an_allowed_dynamic_import_is_still_ranked():
     files = {"wemask_cli/rewards/loading.py": "import importlib\nimportlib.import_module(f'wemask_cli.cli.{x}')\n",
              "wemask_cli/cli/__init__.py": ""}
@@ -370,6 +381,7 @@ AT_RUN_TIME = {
     "wemask_cli/data/readers.py": "exec('import wemask_cli.train.run')\n",
     "wemask_cli/data/columns.py": "import importlib\ngetattr(importlib, 'import_' + 'module')('wemask_cli.eval.sweep')\n",
     "wemask_cli/masking.py": "name = 'click'\nname = name + ''\n__import__(name)\n",
+    "wemask_cli/prompts.py": "import sys, types\nsys.modules['wemask_cli.ghost'] = types.ModuleType('wemask_cli.ghost')\n",
     "wemask_cli/train/__init__.py": "",
     "wemask_cli/train/run.py": "",
     "wemask_cli/eval/__init__.py": "",
@@ -391,7 +403,9 @@ def test_the_audit_catches_what_really_ran(tmp_path):
         "wemask_cli.data.columns imported wemask_cli.eval.sweep at run time (import_module): data (rank 2) may not import eval",
         "wemask_cli.masking imported click at run time (import): only cli/, render/ and __main__ may import click",
         "wemask_cli.masking imported click at run time (audit): only cli/, render/ and __main__ may import click",
+        "wemask_cli.ghost was put in sys.modules by hand",
     ):
         assert expected in found, found
     static = "\n".join(violations(AT_RUN_TIME))  # and the reader refuses each of them
-    assert all(f"{path}:" in static for path in ("commands/locate.py", "data/readers.py", "data/columns.py", "masking.py")), static
+    assert all(f"{path}:" in static for path in ("commands/locate.py", "data/readers.py", "data/columns.py", "masking.py",
+                                                "prompts.py")), static
