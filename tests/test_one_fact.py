@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+from pathlib import Path
 
 import pytest
 
@@ -39,3 +40,23 @@ def test_every_record_lists_libraries_from_the_one_list():
     for named in (versions.EVAL_LIBRARIES, versions.RUN_LIBRARIES, versions.ENV_LIBRARIES, versions.TESTED_LIBRARIES):
         assert [versions.LIBRARIES.index(name) for name in named] == sorted(versions.LIBRARIES.index(name) for name in named)
     assert set(versions.TESTED_LIBRARIES) | {"wemask-cli"} == set(versions.LIBRARIES)
+
+
+def test_a_full_disk_while_wemask_writes_a_checkpoint_names_the_checkpoint_to_resume_from(monkeypatch, capsys, tmp_path, tiny_model_dir):
+    from conftest import run_main
+
+    real_replace = atomic.os.replace
+
+    def replace(source, target):  # the disk fills while wemask writes step 2's run record (atomic_write_text)
+        if "checkpoint-2" in str(target) and str(target).endswith("wemask_run.json"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_replace(source, target)
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    data = str(Path(__file__).resolve().parents[1] / "data" / "sft_chat.jsonl")
+    code, _, err = run_main(monkeypatch, capsys, "sft", "--model", tiny_model_dir, "--dataset", data, "-o", str(tmp_path / "full"),
+                            "--max-steps", "3", "--save-steps", "1", "--per-device-train-batch-size", "2", "--max-length", "64",
+                            "--report-to", "none")
+    assert code == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith("wemask: error: training stopped at step 2: could not write to ")
+    assert err.strip().endswith(": no space left on the device; the last complete checkpoint is checkpoint-1: make room and continue with --resume")

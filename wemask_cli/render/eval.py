@@ -77,20 +77,27 @@ def eval_table(document: dict, metrics: list[str] | None = None, *, secondary: b
     if not secondary:
         table.add_column("n", justify="right")
     labels = ["mask_rate", "mode", *extra]
-    cells = {tuple(r.get(k) for k in labels) + (r["metric"],): r for r in summary}
     changes = sorted({k for r in summary if r["metric"] == primary for k in r if k.startswith("delta") and not k.endswith("_se")}) if not secondary else []
     for key in changes:
         against = "r=0" if key == "delta" else document.get("deltas", {}).get(key, key.removeprefix("delta_"))
         table.add_column(f"Δ {primary} vs {against} (paired)", justify="right")
+    cells = {tuple(r.get(k) for k in labels) + (r["metric"],): r for r in summary}
     for variant in dict.fromkeys(tuple(r.get(k) for k in labels) for r in summary):
-        row = [f"{variant[0]:g}", str(variant[1])] + ([" / ".join(str(v) for v in variant[2:])] if extra else [])
-        for metric in metrics:
-            cell = cells.get(variant + (metric,))
-            error = None if cell is None else (cell["std"] if seeds > 1 else cell["se"])
-            row.append("-" if cell is None else f"{format_metric(metric, cell['mean'])} ± {spread(metric, error)}")
-        if not secondary:
-            row.append(str(next(r["n"] for r in summary if tuple(r.get(k) for k in labels) == variant)))
-        cell = cells.get(variant + (primary,)) or {}
-        row += [delta_cell(primary, cell.get(key), cell.get(f"{key}_se")) for key in changes]
-        table.add_row(*row)
+        n = None if secondary else str(next(r["n"] for r in summary if tuple(r.get(k) for k in labels) == variant))
+        table.add_row(*variant_row(variant, cells, metrics, seeds, n, changes, primary))
     return table
+
+
+def variant_row(variant: tuple, cells: dict, metrics: list[str], seeds: int, n: str | None, changes: list[str],
+                primary: str) -> list[str]:
+    """One variant's cells: its labels, each metric as value ± spread, n (unless None: a secondary table) and the
+    primary metric's paired changes."""
+    row = [f"{variant[0]:g}", str(variant[1])] + ([" / ".join(str(v) for v in variant[2:])] if len(variant) > 2 else [])
+    for metric in metrics:
+        cell = cells.get(variant + (metric,))
+        error = None if cell is None else (cell["std"] if seeds > 1 else cell["se"])
+        row.append("-" if cell is None else f"{format_metric(metric, cell['mean'])} ± {spread(metric, error)}")
+    if n is not None:
+        row.append(n)
+    cell = cells.get(variant + (primary,)) or {}
+    return row + [delta_cell(primary, cell.get(key), cell.get(f"{key}_se")) for key in changes]
