@@ -94,8 +94,8 @@ def watched(qualified: str | None) -> bool:
 class Names:
     """What each name of a module stands for: the modules and functions its imports and plain assignments bind."""
 
-    def __init__(self, tree: ast.Module, module: Module, known: set[str]):
-        self.module, self.known, self.aliases, self.bound = module, known, {}, set()
+    def __init__(self, tree: ast.Module, module: Module):
+        self.module, self.aliases, self.bound = module, {}, set()
         for node in ast.walk(tree):
             self.bind(node)
         assigned = [t.id for node in ast.walk(tree) if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
@@ -285,7 +285,7 @@ class ImportFinder(ast.NodeVisitor):
 
 def imports(module: Module, known: set[str]) -> tuple[list[Import], list[Dynamic]]:
     tree = ast.parse(module.source, module.path)
-    finder = ImportFinder(module, known, Names(tree, module, known))
+    finder = ImportFinder(module, known, Names(tree, module))
     finder.visit(tree)
     return finder.found, finder.dynamic
 
