@@ -80,7 +80,7 @@ def cli_page() -> str:
 
 def recipe_keys_page() -> str:
     from wemask_cli.train.options import CLI_ONLY
-    from wemask_cli.train.stages import stage_specs
+    from wemask_cli.train.stage_registry import stage_specs
 
     keys: dict[str, tuple[object, list[str]]] = {}
     for name in stage_specs():

@@ -1,4 +1,4 @@
-"""`wemask sft`, `wemask dpo`, `wemask grpo` and every other registered trainer stage (train/stages.py): shared
+"""`wemask sft`, `wemask dpo`, `wemask grpo` and every other registered trainer stage (train/stage_registry.py): shared
 training flags, each stage's own (declared by the stage), TRL's passing through."""
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def intervention_flags() -> dict:
 
 
 def stage_option(flag) -> object:
-    """The typer option for one of a stage's own flags (stages.StageFlag)."""
+    """The typer option for one of a stage's own flags (stage_registry.StageFlag)."""
     if flag.type is bool:
         return Annotated[Optional[bool], typer.Option(f"{flag.flag}/--no-{flag.flag[2:]}", help=flag.help)]
     if flag.type is list:
@@ -87,7 +87,7 @@ def one_line_paragraphs(text: str) -> str:
 
 
 def training_command(app: typer.Typer, spec) -> None:
-    """Register `wemask STAGE` from its declaration (stages.StageSpec): the shared training flags, the stage's own
+    """Register `wemask STAGE` from its declaration (stage_registry.StageSpec): the shared training flags, the stage's own
     flags, and TRL's passing through. The stage's class is imported only when the command runs."""
     stage_flags = {flag.dest: stage_option(flag) for flag in spec.all_flags()}
 
@@ -135,7 +135,7 @@ class TrlSpellingCommand(TyperCommand):
 def summaries() -> dict[str, str]:
     """{command: help} of every trainer stage, known without loading a plugin: the built-in stages' own help, and for
     a plugin's stage (listed from its entry point's metadata) where it comes from."""
-    from ..train.stages import builtin_specs, plugin_stage_names
+    from ..train.stage_registry import builtin_specs, plugin_stage_names
 
     found = {name: spec.help for name, spec in builtin_specs().items()}
     for name, source in plugin_stage_names().items():
@@ -144,9 +144,9 @@ def summaries() -> dict[str, str]:
 
 
 def register(app: typer.Typer, name: str) -> None:
-    """The command of the trainer stage `name` (train/stages.py): a built-in one, or a plugin's (the stage plugins
+    """The command of the trainer stage `name` (train/stage_registry.py): a built-in one, or a plugin's (the stage plugins
     then load). Its intervention flags load the intervention plugins; a broken plugin is one warning line."""
-    from ..train.stages import stage_specs
+    from ..train.stage_registry import stage_specs
 
     spec = stage_specs(name).get(name)
     if spec is not None:
