@@ -2,11 +2,12 @@
 their registry (entry-point group `wemask.data_layouts`).
 
 A layout is a `DataLayout` subclass registered with `@LAYOUTS.register`: its `name`, `recognises(rows)` (on a file's
-first rows) and `feeds`, {the kind of data it converts to (`TrainingData.kind`: supervised, preference, prompts,
-unpaired, ...): a converter `(dataset, labels, where) -> (dataset, DataFormat)` (one that changes the number of
-rows adds their labels, for the row checks' errors), or None when this file needs nothing converted for that kind}. A stage reads what its TrainingData's kind names, so this layer branches on no
-stage name: a new stage needs no edit here, and a new layout is one module. The first layout that recognises the
-file and converts it wins; explicit `--dataset-columns` are applied before.
+first rows) and `feeds`: {the kind of data it converts to (`TrainingData.kind`: supervised, preference, prompts,
+unpaired, ...): a converter}. A converter is `(dataset, labels, where) -> (dataset, DataFormat)` (one that changes
+the number of rows adds their labels, for the row checks' errors), or None when this file needs nothing converted
+for that kind. A stage reads what its TrainingData's kind names, so this layer branches on no stage name: a new
+stage needs no edit here, and a new layout is one module. The first layout that recognises the file and converts it
+wins; explicit `--dataset-columns` are applied before.
 """
 
 from __future__ import annotations
