@@ -3,7 +3,7 @@
 A stage is one module: a `StageSpec` (name, help, the data it reads, its own flags, its reference-model policy,
 and the dotted path of its `stage_base.Stage` subclass, imported only when the command runs), registered with
 `STAGES.register`, and that subclass. Found here: the built-in modules in BUILTIN, and every entry point of the group
-`wemask.stages` naming a StageSpec (pyproject: `[project.entry-points."wemask.stages"] kto = "my_pkg.kto:STAGE"`),
+`wemask.stages` naming a StageSpec (pyproject: `[project.entry-points."wemask.stages"] orpo = "my_pkg.orpo:STAGE"`),
 named like the stage. `wemask --help` reads only the built-in specs and the plugins' entry-point names.
 """
 
