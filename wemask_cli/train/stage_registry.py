@@ -56,7 +56,7 @@ class StageSpec:
 
     name: str  # the command: `wemask NAME`
     help: str  # the command's help (first line: the summary in `wemask --help`)
-    stage_class: str  # "package.module:Class", a stage.Stage subclass
+    stage_class: str  # "package.module:Class", a stage_base.Stage subclass
     trl_config: str  # TRL's config class whose fields pass through as flags ("SFTConfig", ...)
     data: TrainingData  # the formats it accepts (first match wins) and how known layouts convert for it
     flags: tuple[StageFlag, ...] = ()
