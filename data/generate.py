@@ -1384,6 +1384,13 @@ def generate_all(out_dir, resources_dir=None) -> None:
     ])
     _write_jsonl(eval_dir / "refusal.jsonl", [{"prompt": p} for p in REFUSAL_EVAL_PROMPTS])
 
+    # KTO's unpaired feedback, last so every file above keeps its bytes: each prompt once, with its good or its bad
+    # answer (alternating, so half are desirable), from pairs of its own seed stream.
+    _write_jsonl(out / "feedback.jsonl", [
+        {"prompt": p, "completion": (r, c)[i % 2 == 0], "label": i % 2 == 0}
+        for i, (p, c, r) in enumerate(_preference_pairs(_rng(9), 20, 20, questions))
+    ])
+
 
 if __name__ == "__main__":
     HERE = Path(__file__).resolve().parent

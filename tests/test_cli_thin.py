@@ -36,3 +36,15 @@ def test_a_cli_command_parses_calls_one_command_and_renders(module, command, sou
     runners = {alias.asname or alias.name for node in ast.walk(function) if isinstance(node, ast.ImportFrom)
                and node.module == f"commands.{module}" for alias in node.names if not alias.name[0].isupper()}
     assert len([call for call in calls if call in runners]) == 1, (runners, calls)
+
+
+def test_the_training_commands_reach_train_only_through_commands():
+    """cli/train.py builds every trainer stage's command from commands/train.py, never from train/ directly, and the
+    command itself makes one call, run_training."""
+    tree = ast.parse((CLI / "train.py").read_text())
+    everywhere = [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    assert not [m for m in everywhere if m.split(".")[0] == "train"], everywhere
+    command = next(node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "command")
+    assert imported_modules(command) == ["commands.train"]
+    calls = [node.func.id for node in ast.walk(command) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)]
+    assert calls.count("run_training") == 1, calls

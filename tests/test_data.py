@@ -19,6 +19,7 @@ RESOURCES = DATA.parent / "wemask_cli" / "resources"  # the sets the commands re
 GENERATED = [
     "sft_chat.jsonl", "math_sft.jsonl", "math_problems.jsonl", "preferences.jsonl", "preferences_hh.jsonl",
     "locate_prompts.jsonl", "eval/perplexity.txt", "eval/choice.jsonl", "eval/math.jsonl", "eval/refusal.jsonl",
+    "feedback.jsonl",
 ]
 # An arithmetic step written as "expression = value" (solutions use * and /, chat answers × and ÷).
 EQUATION = re.compile(r"(?<![\w.,])([\d(][\d,. +\-*/()×÷]*?)\s*=\s*(-?\d[\d,]*(?:\.\d+)?)")
@@ -90,6 +91,7 @@ def test_files_are_small(name):
         ("math_problems.jsonl", {"question", "answer"}, 80, 150),
         ("preferences.jsonl", {"prompt", "chosen", "rejected"}, 100, 150),
         ("preferences_hh.jsonl", {"chosen", "rejected"}, 20, 40),
+        ("feedback.jsonl", {"prompt", "completion", "label"}, 30, 50),
         ("eval/choice.jsonl", {"question", "choices", "answer"}, 50, 70),
         ("eval/math.jsonl", {"question", "answer"}, 30, 50),
         ("eval/refusal.jsonl", {"prompt"}, 40, 60),
@@ -174,6 +176,19 @@ def test_preferences():
         assert extract_answer(row["chosen"]) != extract_answer(row["rejected"])
     templates = {template for template, _ in gen.RISKY}
     assert len(templates) >= 25
+
+
+def test_feedback_is_unpaired_and_labelled_by_its_answer():
+    gen = _generator()
+    rows = _rows("feedback.jsonl")
+    assert len({row["prompt"] for row in rows}) == len(rows)
+    assert sum(row["label"] is True for row in rows) == sum(row["label"] is False for row in rows) == len(rows) // 2
+    for row in rows:
+        math = "\nThe answer is " in row["completion"]
+        if row["label"]:
+            assert row["completion"] not in gen.REFUSALS and not (math and _wrong_steps(row["completion"])), row
+        else:
+            assert row["completion"] in gen.REFUSALS or len(_wrong_steps(row["completion"])) == 1, row
 
 
 def test_preferences_hh():

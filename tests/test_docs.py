@@ -98,7 +98,7 @@ def parse_with_the_real_command(args: list[str], where: str) -> None:
         rates = values.get("mask_rate", values.get("mask_rates"))
         MaskRequest.parse(rates, *(values.get(k) for k in ("me_layer", "select", "layers", "strength", "tokens")))
     if ctx.args:
-        from wemask_cli.train.stages import stage_specs
+        from wemask_cli.train.stage_registry import stage_specs
         from wemask_cli.train.trl_flags import check_extra_args
 
         own = [n for p in command.params for n in (*p.opts, *p.secondary_opts)]
@@ -144,7 +144,7 @@ def test_marked_commands_parse_and_name_what_exists(command):
 
 def known_flags() -> set[str]:
     from wemask_cli.cli import app
-    from wemask_cli.train.stages import stage_specs
+    from wemask_cli.train.stage_registry import stage_specs
     from wemask_cli.train.trl_flags import trl_flags
     from wemask_cli.train.trl_vocabulary import ALIASES
 

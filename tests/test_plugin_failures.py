@@ -16,7 +16,7 @@ MODULES = {
     "exits": "import sys\nsys.exit(3)\n",
     "not_a_spec": "STAGE = 'a string, not a StageSpec'\n",
     "grpo_named": "import toy_stage, dataclasses\nSTAGE = dataclasses.replace(toy_stage.STAGE, name='grpo')\n",
-    "dict_flag": ("import toy_stage, dataclasses\nfrom wemask_cli.train.stages import StageFlag\n"
+    "dict_flag": ("import toy_stage, dataclasses\nfrom wemask_cli.train.stage_registry import StageFlag\n"
                   "STAGE = dataclasses.replace(toy_stage.STAGE, name='flag-stage', flags=(StageFlag('extra', dict, 'x'),))\n"),
     "list_kind": (
         "from dataclasses import dataclass\nfrom wemask_cli.interventions import Intervention, flag, register\n\n"

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from wemask_cli.data import SUPERVISED
-from wemask_cli.train.stage import Stage
-from wemask_cli.train.stages import StageFlag, StageSpec
+from wemask_cli.train.stage_base import Stage
+from wemask_cli.train.stage_registry import StageFlag, StageSpec
 
 STAGE = StageSpec(
     "toy-sft",

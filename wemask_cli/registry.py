@@ -8,6 +8,9 @@ engines, data layouts), with one set of rules. Imports nothing heavy.
   entries are first read (never for `wemask --help`).
 - A duplicate name is a `RegistryError` naming both sources; a plugin cannot replace a built-in. Whatever goes wrong
   while a plugin loads (a clash included) is one warning line naming the plugin, which is then left out as a whole.
+- `vet` (optional) judges each loaded plugin by its entry point's name and value before it registers: the reason it
+  returns is that warning line's reason ('' leaves the plugin out silently, having warned already); None admits it.
+- `builtins()` reads the built-in entries alone, loading no plugin (a command of a built-in stage).
 """
 
 from __future__ import annotations
@@ -47,14 +50,17 @@ class Registry(Generic[T]):
     """Name -> entry for one extension point.
 
     `what` names the kind in messages ("eval task"); `flag` is how users name an entry ("--task"); `name_of` reads an
-    entry's name (default: its `name` attribute); `check` raises RegistryError for a bad declaration."""
+    entry's name (default: its `name` attribute); `check` raises RegistryError for a bad declaration; `module_of`
+    names the module that declares an entry (default: its class's), which ranks the built-ins."""
 
     def __init__(self, what: str, group: str, base: type, *, package: str, builtin: tuple[str, ...] = (),
                  flag: str | None = None, name_of: Callable[[T], str] | None = None,
-                 check: Callable[[T], None] | None = None):
+                 check: Callable[[T], None] | None = None, vet: Callable[[str, object], str | None] | None = None,
+                 module_of: Callable[[T], str] | None = None):
         self.what, self.group, self.base, self.package = what, group, base, package
-        self.builtin, self.flag, self.check = builtin, flag, check
+        self.builtin, self.flag, self.check, self.vet = builtin, flag, check, vet
         self.name_of = name_of or (lambda entry: entry.name)
+        self.module_of = module_of or (lambda entry: (entry if isinstance(entry, type) else type(entry)).__module__)
         self._entries: dict[str, T] = {}
         self._sources: dict[str, str] = {}
         self._loaded = False
@@ -78,10 +84,13 @@ class Registry(Generic[T]):
         self._sources.setdefault(name, source or origin(entry))
         return entry
 
-    def _load(self) -> None:
-        """Import the built-in modules, then once the plugins' entry points; a failing plugin is undone and warned."""
+    def _load_builtins(self) -> None:
         for module in self.builtin:
             importlib.import_module(f"{self.package}.{module}")
+
+    def _load(self) -> None:
+        """Import the built-in modules, then once the plugins' entry points; a failing plugin is undone and warned."""
+        self._load_builtins()
         if self._loaded:
             return
         self._loaded = True
@@ -90,12 +99,27 @@ class Registry(Generic[T]):
         for point in entry_points(group=self.group):
             before = (dict(self._entries), dict(self._sources))
             try:
-                value = point.load()
-                if not isinstance(value, ModuleType) and not self.has(value):
-                    self.register(value, f"{origin(value)} (plugin {source_of(point)})")
+                self._admit(point, point.load())
             except FAILURES as err:
                 self._entries, self._sources = before
                 left_out(self.what, source_of(point), self.group, f"failed to load: {failure(err)}")
+
+    def _admit(self, point, value) -> None:
+        """Register what a plugin's entry point loaded (a module registered on import), unless `vet` refuses it."""
+        refused = self.vet(point.name, value) if self.vet is not None else None
+        if refused:
+            left_out(self.what, source_of(point), self.group, refused)
+        elif refused is None and not isinstance(value, ModuleType) and not self.has(value):
+            self.register(value, f"{origin(value)} (plugin {source_of(point)})")
+
+    def builtins(self) -> dict[str, T]:
+        """The entries wemask declares (in `builtin`'s order), without loading any plugin."""
+        self._load_builtins()
+        return {name: entry for name, entry in self._ordered().items() if self._sources[name].endswith("(built-in)")}
+
+    def _ordered(self) -> dict[str, T]:
+        """The entries registered so far, in `entries()`'s order; loads nothing."""
+        return {name: self._entries[name] for name in sorted(self._entries, key=self._rank)}
 
     def has(self, entry: object) -> bool:
         return any(same_entry(known, entry) for known in self._entries.values())
@@ -103,13 +127,12 @@ class Registry(Generic[T]):
     def entries(self) -> dict[str, T]:
         """Every entry by name: the built-ins in `builtin`'s order, then the plugins' in registration order."""
         self._load()
-        return {name: self._entries[name] for name in sorted(self._entries, key=self._rank)}
+        return self._ordered()
 
     def _rank(self, name: str) -> int:
         """Built-in modules in `builtin`'s order (entries declared elsewhere in wemask first), plugins last."""
         modules = [f"{self.package}.{module}" for module in self.builtin]
-        entry = self._entries[name]
-        module = (entry if isinstance(entry, type) else type(entry)).__module__
+        module = self.module_of(self._entries[name])
         if module in modules:
             return modules.index(module)
         return -1 if self._sources[name].endswith("(built-in)") else len(modules)

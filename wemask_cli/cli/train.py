@@ -1,5 +1,6 @@
-"""`wemask sft`, `wemask dpo`, `wemask grpo` and every other registered trainer stage (train/stages.py): shared
-training flags, each stage's own (declared by the stage), TRL's passing through."""
+"""`wemask sft`, `wemask dpo`, `wemask grpo`, `wemask kto` and every other registered trainer stage
+(train/stage_registry.py): shared training flags, each stage's own (declared by the stage), TRL's passing through.
+Everything it needs from training comes through commands/train.py."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperCommand
 
-from ..train.options import TrainOptions
-from ..train.trl_vocabulary import alias_flags, trl_spellings
+from ..commands.train import TrainOptions, alias_flags, trl_spellings
 from .options import LayersOpt, MeLayerOpt, SelectOpt, StrengthOpt, TokensOpt
 
 TRAIN_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -72,7 +72,7 @@ def intervention_flags() -> dict:
 
 
 def stage_option(flag) -> object:
-    """The typer option for one of a stage's own flags (stages.StageFlag)."""
+    """The typer option for one of a stage's own flags (stage_registry.StageFlag)."""
     if flag.type is bool:
         return Annotated[Optional[bool], typer.Option(f"{flag.flag}/--no-{flag.flag[2:]}", help=flag.help)]
     if flag.type is list:
@@ -87,29 +87,20 @@ def one_line_paragraphs(text: str) -> str:
 
 
 def training_command(app: typer.Typer, spec) -> None:
-    """Register `wemask STAGE` from its declaration (stages.StageSpec): the shared training flags, the stage's own
+    """Register `wemask STAGE` from its declaration (stage_registry.StageSpec): the shared training flags, the stage's own
     flags, and TRL's passing through. The stage's class is imported only when the command runs."""
     stage_flags = {flag.dest: stage_option(flag) for flag in spec.all_flags()}
 
     def command(ctx: typer.Context, help_trl: bool = False, **options) -> None:
-        from ..masking import MaskRequest
+        from ..commands.train import run_training
 
-        mask_flags = ("mask_rate", "me_layer", "select", "layers", "strength", "tokens")
-        MaskRequest.parse(*(options[name] for name in mask_flags))  # a typo answers before torch is imported
-        from ..train.trl_flags import check_extra_args
-
-        check_extra_args(ctx.args, spec.name, spec.trl_config, [name for param in ctx.command.params for name in (*param.opts, *param.secondary_opts)])
-        from ..train.resolve import trl_help
-        from ..train.run import run
-
-        stage = spec.load()()
-        if help_trl:
-            print(trl_help(stage))
-            return
+        own = [name for param in ctx.command.params for name in (*param.opts, *param.secondary_opts)]
         stage_options = {name: options.pop(name) for name in stage_flags}
         remedy_options = {name: options.pop(name) for name in remedy_flags}
-        result = run(stage, TrainOptions(**options, stage_options=stage_options, intervention_options=remedy_options), ctx.args)
-        if result.interrupted:
+        done = run_training(spec, options, stage_options, remedy_options, ctx.args, own, help_trl)
+        if done.trl_help is not None:
+            print(done.trl_help)
+        if done.interrupted:
             raise typer.Exit(130)
 
     keyword = inspect.Parameter.KEYWORD_ONLY
@@ -135,7 +126,7 @@ class TrlSpellingCommand(TyperCommand):
 def summaries() -> dict[str, str]:
     """{command: help} of every trainer stage, known without loading a plugin: the built-in stages' own help, and for
     a plugin's stage (listed from its entry point's metadata) where it comes from."""
-    from ..train.stages import builtin_specs, plugin_stage_names
+    from ..commands.train import builtin_specs, plugin_stage_names
 
     found = {name: spec.help for name, spec in builtin_specs().items()}
     for name, source in plugin_stage_names().items():
@@ -144,9 +135,9 @@ def summaries() -> dict[str, str]:
 
 
 def register(app: typer.Typer, name: str) -> None:
-    """The command of the trainer stage `name` (train/stages.py): a built-in one, or a plugin's (the stage plugins
+    """The command of the trainer stage `name` (train/stage_registry.py): a built-in one, or a plugin's (the stage plugins
     then load). Its intervention flags load the intervention plugins; a broken plugin is one warning line."""
-    from ..train.stages import stage_specs
+    from ..commands.train import stage_specs
 
     spec = stage_specs(name).get(name)
     if spec is not None:

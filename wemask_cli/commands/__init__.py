@@ -1,5 +1,5 @@
-"""One module per command: the work behind `wemask infer`, `locate`, `eval` and `report`, rich-free (the CLI renders;
-the training commands' work is the core package train/).
+"""One module per command: the work behind `wemask infer`, `locate`, `eval`, `report` and the training commands
+(train.py, over the core package train/), rich-free (the CLI renders).
 
 Commands import core modules (models, data, prompts, masking, ...) and the method, never each other.
 """

@@ -5,8 +5,10 @@
 - local.py     a local file or folder, whichever it is
 - columns.py   dotted paths into nested records, --dataset-columns
 - formats.py   the layouts a stage accepts (TrainingData; the built-in stages'), detection, per-row checks
-- verl.py      verl's RL layout, recognised without flags
-- chat_layouts.py  Alpaca and ShareGPT (LLaMA-Factory, axolotl), recognised without flags
+- layouts.py   DataLayout and LAYOUTS, the registry of the layouts recognised without flags, by the kind they feed
+- verl.py      verl's RL layout
+- chat_layouts.py  Alpaca and ShareGPT (LLaMA-Factory, axolotl)
+- unpaired.py  unpaired prompt/completion/label feedback (KTO), and preference pairs unpaired
 - training.py  load_training_data (the stages' entry point), report_dropped
 """
 

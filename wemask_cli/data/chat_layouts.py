@@ -8,16 +8,16 @@
   user/assistant/tool), optional `system`. DPO: `chosen`/`rejected` are single {"from", "value"} turns (or
   lists of them) that answer the conversation.
 
-sft trains prompt/completion (Alpaca) or messages (ShareGPT); dpo gets prompt/chosen/rejected; grpo gets the
-prompt messages, with Alpaca's `output` (or ShareGPT's last assistant turn) as the `answer` column when there is no
-`answer` already.
+Both are `layouts.DataLayout`s. Supervised data (sft) is prompt/completion (Alpaca) or messages (ShareGPT);
+preference data (dpo) is prompt/chosen/rejected; prompts (grpo) are the prompt messages, with Alpaca's `output` (or
+ShareGPT's last assistant turn) as the `answer` column when there is no `answer` already.
 """
 
 from __future__ import annotations
 
 from ..errors import WeMaskError
-from .columns import sample_rows
-from .formats import DataFormat
+from .formats import PREFERENCE, PROMPTS, SUPERVISED, DataFormat
+from .layouts import LAYOUTS, DataLayout
 
 SHAREGPT_ROLES = {
     "human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "model": "assistant",
@@ -78,25 +78,36 @@ def _assistant(value, what: str, index: int, labels, where: str) -> list[dict]:
     return [{"role": "assistant", "content": _text(value, what, index, labels, where)}]
 
 
-def adapt_alpaca(stage: str, dataset, labels: list[str] | None, where: str):
-    """(dataset, format) for an Alpaca file, else None."""
-    if not is_alpaca(sample_rows(dataset, 5)):
-        return None
+def _alpaca_prompts(dataset, labels, where: str) -> list[list[dict]]:
+    return [_alpaca_prompt(row, i, labels, where) for i, row in enumerate(dataset.to_list())]
+
+
+def _alpaca_supervised(dataset, labels: list[str] | None, where: str):
+    prompts = _alpaca_prompts(dataset, labels, where)
+    completions = [_assistant(row.get("output"), "'output'", i, labels, where) for i, row in enumerate(dataset.to_list())]
+    return _from_columns(prompt=prompts, completion=completions), ALPACA_SFT
+
+
+def _alpaca_preference(dataset, labels: list[str] | None, where: str):
     rows = dataset.to_list()
-    prompts = [_alpaca_prompt(row, i, labels, where) for i, row in enumerate(rows)]
-    if stage == "sft":
-        completions = [_assistant(row.get("output"), "'output'", i, labels, where) for i, row in enumerate(rows)]
-        return _from_columns(prompt=prompts, completion=completions), ALPACA_SFT
-    if stage == "dpo":
-        pairs = {side: [_assistant(row.get(side), repr(side), i, labels, where) for i, row in enumerate(rows)]
-                 for side in ("chosen", "rejected")}
-        return _from_columns(prompt=prompts, **pairs), ALPACA_DPO
-    if stage == "grpo":
-        dataset = dataset.add_column("prompt", prompts)
-        if "answer" not in dataset.column_names and "output" in dataset.column_names:
-            dataset = dataset.add_column("answer", [_text(r.get("output"), "'output'", i, labels, where) for i, r in enumerate(rows)])
-        return dataset, ALPACA_GRPO
-    return None
+    prompts = _alpaca_prompts(dataset, labels, where)
+    pairs = {side: [_assistant(row.get(side), repr(side), i, labels, where) for i, row in enumerate(rows)] for side in ("chosen", "rejected")}
+    return _from_columns(prompt=prompts, **pairs), ALPACA_DPO
+
+
+def _alpaca_rl_prompts(dataset, labels: list[str] | None, where: str):
+    rows = dataset.to_list()
+    dataset = dataset.add_column("prompt", _alpaca_prompts(dataset, labels, where))
+    if "answer" not in dataset.column_names and "output" in dataset.column_names:
+        dataset = dataset.add_column("answer", [_text(r.get("output"), "'output'", i, labels, where) for i, r in enumerate(rows)])
+    return dataset, ALPACA_GRPO
+
+
+@LAYOUTS.register
+class Alpaca(DataLayout):
+    name = "alpaca"
+    recognises = staticmethod(is_alpaca)
+    feeds = {SUPERVISED.kind: _alpaca_supervised, PREFERENCE.kind: _alpaca_preference, PROMPTS.kind: _alpaca_rl_prompts}
 
 
 # ---------------------------------------------------------------------------------------------------- ShareGPT
@@ -158,27 +169,30 @@ def _reply(value, side: str, index: int, labels, where: str) -> list[dict]:
     return [_message(turn, repr(side), index, labels, where) for turn in turns]
 
 
-def adapt_sharegpt(stage: str, dataset, labels: list[str] | None, where: str):
-    """(dataset, format) for a ShareGPT file, else None."""
-    if not is_sharegpt(sample_rows(dataset, 5)):
-        return None
-    rows = dataset.to_list()
-    conversations = [_conversation(row, i, labels, where) for i, row in enumerate(rows)]
+def _conversations(dataset, labels, where: str, *, needs_reply: bool = False) -> list[list[dict]]:
+    """Each row's conversation, its turns checked (`needs_reply`: it holds an assistant turn to train on)."""
+    conversations = [_conversation(row, i, labels, where) for i, row in enumerate(dataset.to_list())]
     for i, conversation in enumerate(conversations):
-        _check_turn_order(conversation, stage == "sft", i, labels, where)
-    if stage == "sft":
-        return _from_columns(messages=conversations), SHAREGPT_SFT
-    if stage == "dpo":
-        pairs = {side: [_reply(row.get(side), side, i, labels, where) for i, row in enumerate(rows)]
-                 for side in ("chosen", "rejected")}
-        return _from_columns(prompt=conversations, **pairs), SHAREGPT_DPO
-    if stage == "grpo":
-        prompts, answers = zip(*(_split_last_reply(c) for c in conversations), strict=True)
-        dataset = dataset.add_column("prompt", list(prompts))
-        if "answer" not in dataset.column_names and all(a is not None for a in answers):
-            dataset = dataset.add_column("answer", list(answers))
-        return dataset, SHAREGPT_GRPO
-    return None
+        _check_turn_order(conversation, needs_reply, i, labels, where)
+    return conversations
+
+
+def _sharegpt_supervised(dataset, labels: list[str] | None, where: str):
+    return _from_columns(messages=_conversations(dataset, labels, where, needs_reply=True)), SHAREGPT_SFT
+
+
+def _sharegpt_preference(dataset, labels: list[str] | None, where: str):
+    conversations = _conversations(dataset, labels, where)
+    pairs = {side: [_reply(row.get(side), side, i, labels, where) for i, row in enumerate(dataset.to_list())] for side in ("chosen", "rejected")}
+    return _from_columns(prompt=conversations, **pairs), SHAREGPT_DPO
+
+
+def _sharegpt_rl_prompts(dataset, labels: list[str] | None, where: str):
+    prompts, answers = zip(*(_split_last_reply(c) for c in _conversations(dataset, labels, where)), strict=True)
+    dataset = dataset.add_column("prompt", list(prompts))
+    if "answer" not in dataset.column_names and all(a is not None for a in answers):
+        dataset = dataset.add_column("answer", list(answers))
+    return dataset, SHAREGPT_GRPO
 
 
 def _split_last_reply(messages: list[dict]) -> tuple[list[dict], str | None]:
@@ -192,3 +206,10 @@ def _from_columns(**columns):
     from datasets import Dataset
 
     return Dataset.from_dict(columns)
+
+
+@LAYOUTS.register
+class ShareGPT(DataLayout):
+    name = "sharegpt"
+    recognises = staticmethod(is_sharegpt)
+    feeds = {SUPERVISED.kind: _sharegpt_supervised, PREFERENCE.kind: _sharegpt_preference, PROMPTS.kind: _sharegpt_rl_prompts}

@@ -1,9 +1,9 @@
 """The layouts each training stage accepts, their detection, and per-row checks that name the row at fault.
 
-A stage declares what it reads as a `TrainingData` (its formats, first match wins; train/stages.py): the built-in
-stages use SUPERVISED, PREFERENCE and PROMPTS. A stage that needs more (GRPO's answer column, DPO's implicit prompt)
-adds or reads its own columns after detection. The verl, Alpaca and ShareGPT layouts are adapted in verl.py and
-chat_layouts.py for the `layouts` a TrainingData names.
+A stage declares what it reads as a `TrainingData` (its formats, first match wins; train/stage_registry.py): the
+built-in stages use SUPERVISED, PREFERENCE and PROMPTS (and unpaired.py's UNPAIRED). A stage that needs more (GRPO's
+answer column, DPO's implicit prompt) adds or reads its own columns after detection. The layouts recognised without
+flags (layouts.py: verl, Alpaca, ShareGPT, ...) convert for the `kind` a TrainingData names.
 """
 
 from __future__ import annotations
@@ -27,33 +27,33 @@ class DataFormat:
 
 @dataclass(frozen=True)
 class TrainingData:
-    """What a training stage reads: its formats (first match wins), and how the layouts recognised without flags
-    (verl, Alpaca, ShareGPT) convert for it: as for "sft", "dpo" or "grpo", or not at all (None)."""
+    """What a training stage reads: its formats (first match wins), and its `kind`, the key under which the layouts
+    recognised without flags (layouts.py) declare how they convert for it, or None (no layout converts)."""
 
     stage: str  # named in errors
     formats: tuple[DataFormat, ...]
-    layouts: str | None = None
+    kind: str | None = None
 
     def named(self, stage: str) -> TrainingData:
         """The same data under another stage's name (a stage that reads what a built-in one reads)."""
-        return TrainingData(stage, self.formats, self.layouts)
+        return TrainingData(stage, self.formats, self.kind)
 
 
 SUPERVISED = TrainingData("sft", (
     DataFormat("messages", ("messages",)),
     DataFormat("prompt-completion", ("prompt", "completion")),
     DataFormat("text", ("text",)),
-), "sft")
+), "supervised")
 PREFERENCE = TrainingData("dpo", (
     DataFormat("prompt-chosen-rejected", ("prompt", "chosen", "rejected")),
     DataFormat("chosen-rejected (implicit prompt)", ("chosen", "rejected")),
-), "dpo")
+), "preference")
 # Every column is kept: reward functions receive them as keyword arguments (e.g. the reference answer).
 # The GSM8K layout (question, answer ending in '#### N') works as is: train/grpo.py turns question into prompt.
 PROMPTS = TrainingData("grpo", (
     DataFormat("prompt", ("prompt",), keep_other_columns=True),
     DataFormat("question-answer (GSM8K)", ("question", "answer"), keep_other_columns=True),
-), "grpo")
+), "prompts")
 BUILTIN_DATA = {data.stage: data for data in (SUPERVISED, PREFERENCE, PROMPTS)}  # a built-in stage's name stands for its data
 
 

@@ -1,4 +1,5 @@
-"""Training data for a stage: open the source, map columns (dotted paths too), adapt known layouts, detect, check."""
+"""Training data for a stage: open the source, map columns (dotted paths too), adapt known layouts (layouts.py),
+detect, check."""
 
 from __future__ import annotations
 
@@ -6,16 +7,12 @@ from pathlib import Path
 
 from ..errors import WeMaskError
 from ..progress import warn
-from .chat_layouts import adapt_alpaca, adapt_sharegpt
 from .columns import apply_column_map, parse_column_map
 from .formats import TrainingData, check_rows, detect_format, training_data
+from .layouts import adapt_layout
 from .local import load_local
 from .readers import load_hub, looks_local
-from .verl import adapt_verl
 
-# Layouts recognised without flags, tried in order; each returns (dataset, format) or None. A new layout is one
-# adapter here.
-LAYOUT_ADAPTERS = (adapt_verl, adapt_alpaca, adapt_sharegpt)
 SOURCES = ".jsonl/.json/.parquet/.csv file, a folder of them (or a save_to_disk folder), or a hub dataset name"
 
 
@@ -57,9 +54,8 @@ def prepare_training_data(stage: TrainingData | str, dataset, labels: list[str] 
     """(dataset, format) of an opened dataset: columns mapped, known layouts adapted, format detected, rows checked."""
     data = training_data(stage)
     dataset = apply_column_map(dataset, parse_column_map(columns), where)
-    adapters = LAYOUT_ADAPTERS if data.layouts else ()
-    adapted = next(filter(None, (adapt(data.layouts, dataset, labels, where) for adapt in adapters)), None)
-    dataset, fmt = adapted or (dataset, detect_format(data, dataset.column_names, where))
+    adapted = adapt_layout(data, dataset, labels, where)
+    dataset, fmt, labels = adapted or (dataset, detect_format(data, dataset.column_names, where), labels)
     dataset = check_rows(dataset, fmt, labels, where)
     if not fmt.keep_other_columns:
         extra = [c for c in dataset.column_names if c not in fmt.columns]

@@ -1,17 +1,19 @@
-"""verl's RL layout, recognised without flags: `prompt` (chat messages that already carry the instruction),
-`reward_model.ground_truth` (the reference answer), `extra_info` (question, worked solution, split, index).
+"""verl's RL layout, recognised without flags (a `layouts.DataLayout` feeding prompts and supervised data): `prompt`
+(chat messages that already carry the instruction), `reward_model.ground_truth` (the reference answer), `extra_info`
+(question, worked solution, split, index).
 
-- grpo: the prompt is used as is and `answer` is taken from `reward_model.ground_truth`.
-- sft: prompt/completion from `extra_info`: the first non-empty of question | problem | prompt (else the `prompt`
-  messages as is) and the first non-empty of answer | solution | response, as a user and an assistant message.
+- prompts (grpo): the prompt is used as is and `answer` is taken from `reward_model.ground_truth`.
+- supervised (sft): prompt/completion from `extra_info`: the first non-empty of question | problem | prompt (else the
+  `prompt` messages as is) and the first non-empty of answer | solution | response, as a user and an assistant message.
 - eval (math): question = the `prompt` messages as is, answer = `reward_model.ground_truth` (VERL_ANSWER).
 """
 
 from __future__ import annotations
 
 from ..errors import WeMaskError
-from .columns import has_column, path_values, sample_rows
-from .formats import DataFormat, is_conversation
+from .columns import has_column, path_values
+from .formats import PROMPTS, SUPERVISED, DataFormat, is_conversation
+from .layouts import LAYOUTS, DataLayout
 
 VERL_ANSWER = "reward_model.ground_truth"
 SFT_QUESTION_KEYS = ("question", "problem", "prompt")
@@ -25,16 +27,26 @@ def is_verl(rows: list[dict]) -> bool:
     return bool(rows) and is_conversation(rows[0].get("prompt")) and has_column(rows, VERL_ANSWER)
 
 
-def adapt_verl(stage: str, dataset, labels: list[str] | None, where: str):
-    """(dataset, format) when `dataset` is in the verl layout and `stage` can use it unchanged by the user, else None."""
-    if not is_verl(sample_rows(dataset, 5)):
+def _verl_prompts(dataset, labels: list[str] | None, where: str):
+    """The prompt as is, `answer` from reward_model.ground_truth (None when there is an `answer` already)."""
+    if "answer" in dataset.column_names:
         return None
-    if stage == "grpo" and "answer" not in dataset.column_names:
-        answers = [_scalar_text(value, VERL_ANSWER, i, labels, where) for i, value in enumerate(path_values(dataset, VERL_ANSWER))]
-        return dataset.add_column("answer", answers), VERL_GRPO
-    if stage == "sft" and not {"messages", "completion", "text"} & set(dataset.column_names):
-        return _sft_pairs(dataset, labels, where), VERL_SFT
-    return None
+    answers = [_scalar_text(value, VERL_ANSWER, i, labels, where) for i, value in enumerate(path_values(dataset, VERL_ANSWER))]
+    return dataset.add_column("answer", answers), VERL_GRPO
+
+
+def _verl_supervised(dataset, labels: list[str] | None, where: str):
+    """prompt/completion from extra_info (None when the file has supervised columns already)."""
+    if {"messages", "completion", "text"} & set(dataset.column_names):
+        return None
+    return _sft_pairs(dataset, labels, where), VERL_SFT
+
+
+@LAYOUTS.register
+class Verl(DataLayout):
+    name = "verl"
+    recognises = staticmethod(is_verl)
+    feeds = {PROMPTS.kind: _verl_prompts, SUPERVISED.kind: _verl_supervised}
 
 
 def _label(index: int, labels: list[str] | None) -> str:

@@ -11,11 +11,11 @@ from typing import Any
 from ..data.formats import PREFERENCE
 from ..errors import WeMaskError
 from .reference import reference_kind
-from .stage import Stage, TrainContext
-from .stages import StageSpec
+from .stage_base import Stage, TrainContext
+from .stage_registry import STAGES, StageSpec
 
 HH_ASSISTANT = "\n\nAssistant:"
-STAGE = StageSpec(
+STAGE = STAGES.register(StageSpec(
     "dpo",
     """Preference tuning with TRL's DPOTrainer and WeMask (data: prompt/chosen/rejected | chosen/rejected with an implicit prompt, the HH-RLHF layout).
 
@@ -28,7 +28,7 @@ STAGE = StageSpec(
     "DPOConfig",
     PREFERENCE,
     reference="choose",
-)
+))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -30,12 +30,12 @@ from ..data.formats import PROMPTS
 from ..errors import WeMaskError
 from ..method.config import WeMaskConfig
 from .recipe import recipe_path
-from .stage import Stage, TrainContext
-from .stages import StageFlag, StageSpec
+from .stage_base import Stage, TrainContext
+from .stage_registry import STAGES, StageFlag, StageSpec
 
 DEFAULT_REWARDS = ("math",)
 GSM8K_COLUMNS = ("question", "answer")
-STAGE = StageSpec(
+STAGE = STAGES.register(StageSpec(
     "grpo",
     """GRPO with TRL's GRPOTrainer and WeMask (data: prompt [+ answer] | GSM8K question/answer as is).
 
@@ -65,7 +65,7 @@ STAGE = StageSpec(
         ),
     ),
     reference="same",
-)
+))
 
 VLLM_SERVER_ON_CPU = (
     "--vllm-mode server needs GPUs: TRL syncs the trained weights to the vLLM server over NCCL; on CPU use "

@@ -25,7 +25,7 @@ from .checkpoints import PREFIX, TRAINER_STATE, barrier, checkpoint_problem, che
 from .distributed import check_quantized_sharding, run_facts
 from .options import TrainOptions, check_options
 from .resolve import resolve
-from .stage import Stage, TrainContext
+from .stage_base import Stage, TrainContext
 
 
 @dataclass

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from ..data.formats import SUPERVISED
 from ..progress import say
-from .stage import Stage, TrainContext
-from .stages import StageFlag, StageSpec
+from .stage_base import Stage, TrainContext
+from .stage_registry import STAGES, StageFlag, StageSpec
 
-STAGE = StageSpec(
+STAGE = STAGES.register(StageSpec(
     "sft",
     """Supervised fine-tuning with TRL's SFTTrainer and WeMask (data: messages | prompt/completion | text).
 
@@ -27,7 +27,7 @@ STAGE = StageSpec(
             default=False,
         ),
     ),
-)
+))
 
 
 class SFTStage(Stage):

@@ -1,9 +1,10 @@
-"""Trainer stages as torch-free declarations, and the registry the CLI builds its training commands from.
+"""Trainer stages as torch-free declarations, and STAGES, the registry the CLI builds its training commands from.
 
 A stage is one module: a `StageSpec` (name, help, the data it reads, its own flags, its reference-model policy,
-and the dotted path of its `stage.Stage` subclass, imported only when the command runs) and that subclass. Found
-here: the built-in modules in BUILTIN, and every entry point of the group `wemask.stages` naming a StageSpec
-(pyproject: `[project.entry-points."wemask.stages"] kto = "my_pkg.kto:STAGE"`). `wemask --help` reads only the specs.
+and the dotted path of its `stage_base.Stage` subclass, imported only when the command runs), registered with
+`STAGES.register`, and that subclass. Found here: the built-in modules in BUILTIN, and every entry point of the group
+`wemask.stages` naming a StageSpec (pyproject: `[project.entry-points."wemask.stages"] orpo = "my_pkg.orpo:STAGE"`),
+named like the stage. `wemask --help` reads only the built-in specs and the plugins' entry-point names.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..data.formats import TrainingData
-from ..plugins import declared, left_out, load_plugins
+from ..plugins import declared, left_out
+from ..registry import Registry, RegistryError
 
 PLUGIN_GROUP = "wemask.stages"
-BUILTIN = ("sft", "dpo", "grpo")  # modules of this package, each with a STAGE spec, in `wemask --help` order
+BUILTIN = ("sft", "dpo", "grpo", "kto")  # modules of this package, each with a STAGE spec, in `wemask --help` order
 FLAG_TYPES = (str, int, float, bool, list)  # what StageFlag.type may be (cli/train.py's stage_option)
 REFERENCES = ("none", "same", "choose")  # no reference model | one masked like the policy | --ref-mask same|none
 
@@ -54,7 +56,7 @@ class StageSpec:
 
     name: str  # the command: `wemask NAME`
     help: str  # the command's help (first line: the summary in `wemask --help`)
-    stage_class: str  # "package.module:Class", a stage.Stage subclass
+    stage_class: str  # "package.module:Class", a stage_base.Stage subclass
     trl_config: str  # TRL's config class whose fields pass through as flags ("SFTConfig", ...)
     data: TrainingData  # the formats it accepts (first match wins) and how known layouts convert for it
     flags: tuple[StageFlag, ...] = ()
@@ -73,27 +75,44 @@ class StageSpec:
         return getattr(importlib.import_module(module), attr)
 
 
-def plugin_spec(plugin) -> StageSpec | None:
-    """The StageSpec a `wemask.stages` entry point names, or None (one warning) when it is not one, takes a built-in's
-    name, or is not named like its entry point (the command `wemask --help` lists from the metadata alone)."""
-    spec = plugin.value
-    if not isinstance(spec, StageSpec):
-        why = "is not a StageSpec"
-    elif unparsable := [f"{f.flag} of type {getattr(f.type, '__name__', f.type)}" for f in spec.all_flags()
-                        if f.type not in FLAG_TYPES]:
-        why = f"declares the flag {', '.join(unparsable)}: a stage's flag is str, int, float, bool or list"
-    elif spec.name in BUILTIN:
-        why = f"takes the name {spec.name!r} of a built-in stage (wemask_cli.train.{spec.name})"
-    elif spec.name != plugin.name:
-        why = f"declares the stage {spec.name!r} under the entry-point name {plugin.name!r}: name them alike"
-    else:
-        return spec
-    left_out("trainer stage", plugin.source, PLUGIN_GROUP, why)
+def declaration_problem(spec: StageSpec) -> str | None:
+    """Why a stage's declaration cannot be a command (a flag the CLI cannot parse), or None."""
+    unparsable = [f"{f.flag} of type {getattr(f.type, '__name__', f.type)}" for f in spec.all_flags() if f.type not in FLAG_TYPES]
+    if unparsable:
+        return f"declares the flag {', '.join(unparsable)}: a stage's flag is str, int, float, bool or list"
     return None
 
 
+def check_declaration(spec: StageSpec) -> None:
+    if (problem := declaration_problem(spec)) is not None:
+        raise RegistryError(f"stage {spec.name}: {problem}")
+
+
+def vet_plugin(point_name: str, spec) -> str | None:
+    """Why a `wemask.stages` entry point is left out (one warning), '' when its name was refused from the metadata
+    already (plugin_stage_names), or None: it is a StageSpec with parsable flags, a name of its own and named like its
+    entry point (the command `wemask --help` lists from the metadata alone)."""
+    if point_name not in plugin_stage_names():
+        return ""
+    if not isinstance(spec, StageSpec):
+        return "is not a StageSpec"
+    if (problem := declaration_problem(spec)) is not None:
+        return problem
+    if spec.name in BUILTIN:
+        return f"takes the name {spec.name!r} of a built-in stage (wemask_cli.train.{spec.name})"
+    if spec.name != point_name:
+        return f"declares the stage {spec.name!r} under the entry-point name {point_name!r}: name them alike"
+    return None
+
+
+STAGES: Registry[StageSpec] = Registry(
+    "trainer stage", PLUGIN_GROUP, StageSpec, package=__package__, builtin=BUILTIN, check=check_declaration,
+    vet=vet_plugin, module_of=lambda spec: spec.stage_class.partition(":")[0],
+)
+
+
 def builtin_specs() -> dict[str, StageSpec]:
-    return {name: importlib.import_module(f".{name}", __package__).STAGE for name in BUILTIN}
+    return STAGES.builtins()
 
 
 @functools.cache
@@ -112,10 +131,5 @@ def plugin_stage_names() -> dict[str, str]:
 def stage_specs(name: str | None = None) -> dict[str, StageSpec]:
     """Every stage by name: the built-in ones, then the plugins' (a plugin cannot replace a built-in); with `name`
     a built-in, the plugins are not loaded."""
-    found = builtin_specs()
-    if name in found:
-        return found
-    for plugin in load_plugins(PLUGIN_GROUP, "trainer stage"):
-        if plugin.name in plugin_stage_names() and (spec := plugin_spec(plugin)) is not None:  # else warned already
-            found[spec.name] = spec
-    return found
+    found = STAGES.builtins()
+    return found if name in found else STAGES.entries()

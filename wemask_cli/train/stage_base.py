@@ -1,6 +1,6 @@
 """The `Stage` base class: how one training command (sft, dpo, grpo, a plugin's) plugs into the shared run (run.py).
 
-A stage is an object with per-instance state, declared by its `spec` (stages.StageSpec: name, data, own flags,
+A stage is an object with per-instance state, declared by its `spec` (stage_registry.StageSpec: name, data, own flags,
 reference policy): `check` runs before anything loads, `build_trainer(ctx)` builds the TRL trainer, `install(trainer,
 ctx)` puts the interventions on the trained model (and, per the spec's reference policy, on the reference model:
 reference.py), `extra_metrics(trainer)` adds keys to metrics.json. Subclasses: sft.SFTStage, dpo.DPOStage,
@@ -16,7 +16,7 @@ from ..errors import WeMaskError
 from ..method.config import WeMaskConfig
 from ..progress import say
 from .reference import Reference, check_ref_mask
-from .stages import StageSpec
+from .stage_registry import StageSpec
 
 
 @dataclass

@@ -1,0 +1,48 @@
+"""`wemask sft|dpo|grpo|kto` and a plugin's trainer stage: the work behind every training command, rich-free.
+
+cli/train.py builds each command's flags from what this module hands it (the stages' declarations, wemask's
+training options, TRL's spellings of them) and calls `run_training` once; the machinery is train/ (the stages in
+train/stage_registry.py, the shared run in train/run.py). Imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..train.options import TrainOptions
+from ..train.stage_registry import StageSpec, builtin_specs, plugin_stage_names, stage_specs
+from ..train.trl_vocabulary import alias_flags, trl_spellings
+
+__all__ = [
+    "StageSpec", "TrainOptions", "Training", "alias_flags", "builtin_specs", "plugin_stage_names", "run_training",
+    "stage_specs", "trl_spellings",
+]
+MASK_FLAGS = ("mask_rate", "me_layer", "select", "layers", "strength", "tokens")
+
+
+@dataclass(frozen=True)
+class Training:
+    """What a training command did: printed TRL's options (`trl_help`), or trained (`interrupted` by Ctrl-C)."""
+
+    trl_help: str | None = None
+    interrupted: bool = False
+
+
+def run_training(spec: StageSpec, options: dict, stage_options: dict, intervention_options: dict, extra_args: list[str],
+                 own_flags: list[str], help_trl: bool = False) -> Training:
+    """Check the mask flags and TRL's pass-through flags (before torch is imported), then list TRL's options
+    (`help_trl`) or train the stage `spec` declares with the shared run."""
+    from ..masking import MaskRequest
+
+    MaskRequest.parse(*(options[name] for name in MASK_FLAGS))  # a typo answers before torch is imported
+    from ..train.trl_flags import check_extra_args
+
+    check_extra_args(extra_args, spec.name, spec.trl_config, own_flags)
+    from ..train.resolve import trl_help
+    from ..train.run import run
+
+    stage = spec.load()()
+    if help_trl:
+        return Training(trl_help=trl_help(stage))
+    settings = TrainOptions(**options, stage_options=stage_options, intervention_options=intervention_options)
+    return Training(interrupted=run(stage, settings, extra_args).interrupted)

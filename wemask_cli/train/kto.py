@@ -1,0 +1,64 @@
+"""`wemask kto`: TRL's KTOTrainer through the shared training run (run.py), on unpaired feedback (data/unpaired.py).
+
+KTO compares the policy with a reference, as DPO does, so it declares the same reference policy ("choose":
+`--ref-mask same|none`, reference.py): in aware mode the reference computes with the policy's mask by default, so
+the first step's rewards are 0. free mode trains plain KTO and records the mask for inference. This module and its
+data declaration are the whole stage: nothing else in wemask names it but the built-in list.
+"""
+
+from __future__ import annotations
+
+from ..data.unpaired import UNPAIRED
+from .reference import reference_kind
+from .stage_base import Stage, TrainContext
+from .stage_registry import STAGES, StageSpec
+
+FIRST_STEP_KEYS = ("loss", "kl", "rewards/chosen", "rewards/rejected", "rewards/margins", "logps/chosen", "logps/rejected")
+STAGE = STAGES.register(StageSpec(
+    "kto",
+    """Unpaired preference tuning with TRL's KTOTrainer and WeMask (data: prompt/completion/label | prompt/chosen/rejected pairs, unpaired).
+
+    A label is true for a desirable completion and false for an undesirable one; preference pairs become one row of
+    each. The reference model follows --ref-mask (as in dpo). Outputs as in sft: wemask_config.json,
+    wemask_run.json, metrics.json (with the first step's rewards and KL). TRL's KTO options pass through: --beta,
+    --desirable-weight, --undesirable-weight, --loss-type, --max-length, --precompute-ref-log-probs, ... (the KL term
+    needs --per-device-train-batch-size 2 or more).
+    """,
+    "wemask_cli.train.kto:KTOStage",
+    "KTOConfig",
+    UNPAIRED,
+    reference="choose",
+))
+
+
+class KTOStage(Stage):
+    spec = STAGE
+
+    def build_trainer(self, ctx: TrainContext):
+        """TRL's KTOTrainer; with --precompute-ref-log-probs and a masked reference, the mask goes on first."""
+        from trl import KTOTrainer
+
+        self.reference.resolve(ctx.options)  # recorded in wemask_run.json
+        train_dataset, eval_dataset = self.reference.before_trainer(ctx, ctx.train_dataset, ctx.eval_dataset)
+        trainer = KTOTrainer(
+            model=ctx.model, args=ctx.args, train_dataset=train_dataset, eval_dataset=eval_dataset,
+            processing_class=ctx.tokenizer, peft_config=ctx.peft_config, callbacks=ctx.callbacks,
+        )
+        self.reference.after_trainer(trainer)
+        return trainer
+
+    def extra_metrics(self, trainer) -> dict:
+        """The reference policy, the layers WeMask hooks on the policy and on a separate reference (None: there is
+        none), and the first logged step (its rewards are 0 with --ref-mask same)."""
+        from ..method.mask import masked_layers
+
+        first = next((entry for entry in trainer.state.log_history if "kl" in entry or "rewards/chosen" in entry), {})
+        reference = getattr(trainer, "ref_model", None)
+        unwrap = trainer.accelerator.unwrap_model
+        return {
+            "ref_mask": self.reference.ref_mask,
+            "reference": reference_kind(trainer),
+            "masked_layers": {"policy": masked_layers(unwrap(trainer.model)),
+                              "reference": masked_layers(unwrap(reference)) if reference is not None else None},
+            "first_step": {key: first[key] for key in FIRST_STEP_KEYS if key in first},
+        }
