@@ -164,15 +164,38 @@ def run(stage: Stage, options: TrainOptions, extra_args: list[str] = (), callbac
 
 
 def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None, callbacks: list) -> RunResult:
-    """The run once the folder is claimed. Long, as the steps of one run read best in order."""
-    from ..data import content_sha256
-    from ..interventions import load_saved
-    from .callbacks import Interrupt, StopOnNonFinite, TrainingAlreadyDone
-    from .checkpoints import warn_schedule_change
-    from .install import lora_config
-    from .records import RunRecord, write_metrics
+    """The run once the folder is claimed: set up, train, save; the steps of one run in order."""
     from .saving import StagedSaves
     from .steps import plain_logs
+
+    args = resolved.args
+    ctx, record, interrupt, divergence = _run_context(stage, resolved, resume_from, callbacks)
+    fsdp.shard_on_cpu(args)  # accelerate alone would run FSDP on the CPU as DDP
+    trainer = stage.build_trainer(ctx)
+    saves = StagedSaves(trainer, claim, record)
+    plain_logs(trainer)
+    config = stage.install(trainer, ctx)
+    record.installation, record.distributed = stage.installation, run_facts(trainer, resolved)
+    claim.clear()  # --overwrite: the previous output goes only now that data, model and trainer are all set up
+    barrier(args)
+    announce(config, ctx.remedies, bool(ctx.remedy_weights), resume_from)
+    seconds = _run_trainer(trainer, interrupt, output, resume_from)
+    checkpoint = stopped_early(divergence, interrupt, output)
+    if checkpoint is not None:
+        return RunResult(output, True, checkpoint, None, config, trainer, stage)
+    config, metrics = _save_final(trainer, saves, ctx, stage, record, output, seconds, resume_from, config)
+    barrier(args)
+    return RunResult(output, False, None, metrics, config, trainer, stage)
+
+
+def _run_context(stage: Stage, resolved, resume_from: str | None, callbacks: list):
+    """The run's inputs and record: data, model, mask and remedies (resumed ones from the checkpoint), callbacks."""
+    from ..data import content_sha256
+    from ..interventions import load_saved
+    from .callbacks import Interrupt, StopOnNonFinite
+    from .checkpoints import warn_schedule_change
+    from .install import lora_config
+    from .records import RunRecord
 
     opts, args = resolved.opts, resolved.args
     train_dataset, eval_dataset, fmt, loaded = load_inputs(stage, opts, args)
@@ -190,30 +213,32 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
         callbacks=run_callbacks(callbacks, args, interrupt, record, divergence),
         remedies=remedies, remedy_weights=remedy_weights,
     )
-    fsdp.shard_on_cpu(args)  # accelerate alone would run FSDP on the CPU as DDP
-    trainer = stage.build_trainer(ctx)
-    saves = StagedSaves(trainer, claim, record)
-    plain_logs(trainer)
-    config = stage.install(trainer, ctx)
-    record.installation, record.distributed = stage.installation, run_facts(trainer, resolved)
-    claim.clear()  # --overwrite: the previous output goes only now that data, model and trainer are all set up
-    barrier(args)
-    announce(config, remedies, bool(remedy_weights), resume_from)
+    return ctx, record, interrupt, divergence
+
+
+def _run_trainer(trainer, interrupt, output: Path, resume_from: str | None) -> float:
+    """trainer.train(), Ctrl-C and a full disk handled; the seconds it took."""
+    from .callbacks import TrainingAlreadyDone
+
     start = time.perf_counter()
     with interrupt, disk_errors(trainer, output):
         try:
             trainer.train(resume_from_checkpoint=resume_from)
         except TrainingAlreadyDone:  # killed during the final save: the checkpoint is loaded, only the save is left
             say(f"--resume: {Path(resume_from).name} is the run's last step ({trainer.state.global_step}): saving the final model")
-    seconds = time.perf_counter() - start
-    checkpoint = stopped_early(divergence, interrupt, output)
-    if checkpoint is not None:
-        return RunResult(output, True, checkpoint, None, config, trainer, stage)
+    return time.perf_counter() - start
 
+
+def _save_final(trainer, saves, ctx: TrainContext, stage: Stage, record, output: Path, seconds: float,
+                resume_from: str | None, config: WeMaskConfig):
+    """The final evaluation (when TRL ran none), the final save and the run's records; (config, metrics)."""
+    from .records import write_metrics
+
+    eval_dataset, args = ctx.eval_dataset, ctx.args
     eval_metrics = trainer.evaluate() if eval_dataset is not None and _eval_strategy(args) == "no" else {}  # else TRL's
 
     def write_records(folder: Path):
-        loaded.tokenizer.save_pretrained(str(folder))
+        ctx.loaded.tokenizer.save_pretrained(str(folder))
         written = record.write(folder, trainer.model)
         return written, write_metrics(trainer, folder, ctx, stage, written, seconds, eval_metrics, _resumed_step(resume_from))
 
@@ -221,8 +246,7 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
         config, metrics = saves.save_final(write_records) or (config, None)
     if metrics is not None:
         say(f"saved to {output} (final loss {metrics['final_loss']}, {metrics['global_step']} steps)")
-    barrier(args)
-    return RunResult(output, False, None, metrics, config, trainer, stage)
+    return config, metrics
 
 
 def announce(config: WeMaskConfig, remedies: list, saved_weights: bool, resume_from: str | None) -> None:
