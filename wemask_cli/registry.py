@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Generic, TypeVar
 
@@ -96,6 +97,20 @@ class Registry(Generic[T]):
             except FAILURES as err:
                 self._entries, self._sources = before
                 left_out(self.what, source_of(point), self.group, f"failed to load: {failure(err)}")
+
+    def registered(self) -> dict[str, T]:
+        """The entries registered so far, loading nothing (for a `check` that compares a new entry with the others)."""
+        return dict(self._entries)
+
+    @contextmanager
+    def restoring(self) -> Iterator[Registry[T]]:
+        """Entries registered inside the block are forgotten after it (a test's toy entries)."""
+        self.entries()
+        saved = dict(self._entries), dict(self._sources)
+        try:
+            yield self
+        finally:
+            self._entries, self._sources = saved
 
     def has(self, entry: object) -> bool:
         return any(same_entry(known, entry) for known in self._entries.values())
