@@ -31,9 +31,9 @@ def test_a_plugin_tasks_own_flag_is_in_help_without_torch(site):
     listed = wemask(site, "eval", "--help", blocked=True)
     assert listed.returncode == 0, listed.stderr
     text = " ".join(listed.stdout.replace("│", " ").split())
-    assert "--toy-max-new INTEGER toy-flag: new tokens per completion at most (toy plugin's own flag)." in text, text
+    assert "--toy-max-new <int> toy-flag: new tokens per completion at most (toy plugin's own flag)." in text, text
     assert "refusal (share of completions" in text and "toy-flag (toy plugin: mean completion length" in text
-    assert text.index("--lm-eval-include") < text.index("--toy-max-new") < text.index("--output")
+    assert text.index("--lm-eval-include <str>") < text.index("--toy-max-new <int>") < text.index("--output")
     assert "--toy-max-new" not in wemask(None, "eval", "--help", blocked=True).stdout
 
 
