@@ -18,7 +18,7 @@ from wemask_cli import models as models_module
 from wemask_cli.eval.data import EvalData
 from wemask_cli.eval.scoring import score_options
 from wemask_cli.eval.settings import EvalSettings
-from wemask_cli.eval.tasks import ChoiceTask, PerplexityTask, refusal_match
+from wemask_cli.eval.tasks import ChoiceTask, PerplexityTask, refusal_match, task_class
 from wemask_cli.eval.tasks.math import grade_math
 from wemask_cli.eval.tasks.resolve import resolve
 from wemask_cli.method.mask import masked_layers
@@ -34,7 +34,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def load_eval_data(settings: EvalSettings) -> EvalData:
-    return settings.task_class()(settings).load()
+    return task_class(settings.task)(settings).load()
 
 
 def choice_task(rows: list[dict], tokenizer, template: str = "Question: {question}\nAnswer:", **extra):
