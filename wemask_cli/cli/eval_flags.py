@@ -12,7 +12,7 @@ import typer
 
 from ..eval.quantize.schemes import DEFAULT_BLOCK_SIZE, block_size_help, quantize_help  # torch-free registry
 from ..eval.tasks.base import TASK_FLAGS, TaskFlag
-from ..eval.tasks.registry import accepting, declaring, task_flags, task_help  # torch-free registry
+from ..eval.tasks.registry import accepting, declaring, task_flags, task_help, tasks  # torch-free registry
 from .options import (
     BaseQuantizationOpt,
     DtypeOpt,
@@ -56,6 +56,7 @@ def with_task_flags(command):
     return command
 
 
+GENERATION_LENGTHS = ", ".join(f"{name} {cls.max_new_tokens}" for name, cls in tasks().items() if cls.max_new_tokens)
 GENERATING, FEWSHOT, TEMPLATED = (tasks_with(lambda c: c.generates), tasks_with(lambda c: c.fewshot),
                                   tasks_with(lambda c: c.template is not None))
 
@@ -90,7 +91,7 @@ def eval_(
     batch_size: Annotated[str, typer.Option(help="Sequences per forward / generate call, or 'auto' (the largest that fits).")] = "8",
     num_fewshot: Annotated[int, typer.Option(help=f"{FEWSHOT} (and lm-eval): k solved examples before each question, drawn with --fewshot-seed.")] = 0,
     fewshot_seed: Annotated[int, typer.Option(help="Seed of the few-shot draw (recorded).")] = 1234,
-    max_new_tokens: Annotated[Optional[int], typer.Option(help="Generation length (default math 256, refusal 64).")] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option(help=f"Generation length (default {GENERATION_LENGTHS}).")] = None,
     temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature (default 0 = greedy; 0.7 when --seeds > 1).")] = None,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling when sampling.")] = 1.0,
     prompt_template: Annotated[
