@@ -98,3 +98,15 @@ def test_the_eval_settings_import_no_task():
     code = "import sys, wemask_cli.eval.settings; print(sorted(m for m in sys.modules if m.startswith('wemask_cli.eval.tasks')))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+@pytest.mark.embedded
+def test_a_plugin_tasks_own_flag_on_the_embedded_model(site, tmp_path):
+    out = tmp_path / "toy"
+    done = wemask(site, "eval", "--task", "toy-flag", "--toy-max-new", "1", "--limit", "2", "-r", "0,0.3",
+                  "--me-layer", "11", "--output", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["settings"]["options"] == {"toy_max_new": 1} and "SmolLM2-135M-Instruct" in metrics["model"], metrics["model"]
+    records = [json.loads(line) for line in (out / "examples.jsonl").read_text().splitlines()]
+    assert len(records) == 4 and all(record["max_new"] == 1 and record["tokens"] <= 2 for record in records), records
