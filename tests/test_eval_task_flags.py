@@ -110,3 +110,13 @@ def test_a_plugin_tasks_own_flag_on_the_embedded_model(site, tmp_path):
     assert metrics["settings"]["options"] == {"toy_max_new": 1} and "SmolLM2-135M-Instruct" in metrics["model"], metrics["model"]
     records = [json.loads(line) for line in (out / "examples.jsonl").read_text().splitlines()]
     assert len(records) == 4 and all(record["max_new"] == 1 and record["tokens"] <= 2 for record in records), records
+
+
+def test_a_task_option_spelled_like_a_flag_of_eval_is_left_out_with_one_warning(tmp_path):
+    module = ("from wemask_cli.eval.tasks import TaskFlag, register\nfrom toy_eval_task import ToyLengthTask\n\n"
+              "@register\nclass Engined(ToyLengthTask):\n    name = 'engined'\n    options = (TaskFlag('engine', str, 'mine'),)\n")
+    site = plugins_site(tmp_path / "site", {"wemask.eval_tasks": ["engined = engined_task"]}, {"engined_task": module})
+    listed = wemask(site, "eval", "--help", blocked=True)
+    assert listed.returncode == 0 and "engined:" in listed.stdout and "--engine" in listed.stdout, listed.stderr
+    assert listed.stderr == ("wemask: warning: the eval task option --engine (engine) is already a flag of wemask eval; it is "
+                             "left out: rename it\n"), listed.stderr

@@ -13,6 +13,7 @@ import typer
 from ..eval.quantize.schemes import DEFAULT_BLOCK_SIZE, block_size_help, quantize_help  # torch-free registry
 from ..eval.tasks.base import TASK_FLAGS, TaskFlag
 from ..eval.tasks.registry import accepting, declaring, task_flags, task_help, tasks  # torch-free registry
+from ..progress import warn
 from .options import (
     BaseQuantizationOpt,
     DtypeOpt,
@@ -42,6 +43,15 @@ def task_parameter(flag: TaskFlag) -> inspect.Parameter:
                              annotation=Annotated[Optional[flag.type], option])
 
 
+def free(flag: TaskFlag, names: list[str]) -> bool:
+    """Whether a task's own flag is not one of the command's (else it is left out, with one warning line)."""
+    taken = {f"--{name.replace('_', '-')}" for name in names}
+    if flag.dest not in names and not taken & set(flag.spellings):
+        return True
+    warn(f"the eval task option {flag.name} ({flag.dest}) is already a flag of wemask eval; it is left out: rename it")
+    return False
+
+
 def with_task_flags(command):
     """`command` with every task flag in its signature (what typer reads), in `wemask eval --help`'s order: the shared
     ones after --top-p, the tasks' own after --chat-template. Their values reach it as keyword arguments."""
@@ -50,7 +60,7 @@ def with_task_flags(command):
     names = [p.name for p in params]
     shared, own = names.index("top_p") + 1, names.index("chat_template") + 1
     flags = task_flags()
-    params[own:own] = [task_parameter(flag) for flag in flags[len(TASK_FLAGS):]]
+    params[own:own] = [task_parameter(flag) for flag in flags[len(TASK_FLAGS):] if free(flag, names)]
     params[shared:shared] = [task_parameter(flag) for flag in flags[: len(TASK_FLAGS)]]
     command.__signature__ = signature.replace(parameters=params)
     return command
