@@ -54,7 +54,7 @@ def make_task(request: EvalRequest):
         cls, flag = selected[0], selector_flag(selected[0])
         if settings.task not in (None, cls.name):
             raise WeMaskError(f"give either --task or {flag}, not both")
-        return created(cls, replace(settings, task=None))
+        return create_task(cls, replace(settings, task=None))
     for cls in chosen:
         given = [option.name for option in cls.options if settings.option(option.dest) is not None]
         if given:
@@ -62,10 +62,10 @@ def make_task(request: EvalRequest):
     if settings.task is None:
         alternatives = "".join(f" (or {selector_flag(cls)})" for cls in chosen)
         raise WeMaskError(f"no --task given: use one of {', '.join(tasks())}{alternatives}")
-    return created(task_class(settings.task), settings)
+    return create_task(task_class(settings.task), settings)
 
 
-def created(cls, settings: EvalSettings):
+def create_task(cls, settings: EvalSettings):
     """`cls.create` with its settings resolved against its declarations (unless it checks them itself)."""
     from ..eval.tasks.resolve import resolve
 

@@ -81,9 +81,9 @@ def block_sizes() -> tuple[int, ...]:
     return tuple(sorted({size for scheme in schemes().values() for size in scheme.block_sizes}))
 
 
-def check_block_size(schemes: list[Scheme], block_size: int) -> None:
+def check_block_size(chosen: list[Scheme], block_size: int) -> None:
     """--fp4-block-size must suit every chosen scheme with blocks; without one, some registered scheme."""
-    blocked = [scheme.block_sizes for scheme in schemes if scheme.block_sizes] or [block_sizes()]
+    blocked = [scheme.block_sizes for scheme in chosen if scheme.block_sizes] or [block_sizes()]
     for sizes in blocked:
         if block_size not in sizes:
             raise WeMaskError(f"--fp4-block-size must be one of {', '.join(map(str, sizes))}, not {block_size}")
