@@ -43,6 +43,7 @@ def test_native_choice_and_perplexity_agree_with_lm_eval(embedded, tmp_path):
 
     from wemask_cli.eval.settings import EvalSettings
     from wemask_cli.eval.sweep import run_sweep, wemask_axis
+    from wemask_cli.eval.tasks.registry import task_class
     from wemask_cli.eval.tasks.resolve import resolve
     from wemask_cli.prompts import context_length
 
@@ -54,7 +55,7 @@ def test_native_choice_and_perplexity_agree_with_lm_eval(embedded, tmp_path):
     ours = {}
     for task, extra in (("choice", {}), ("perplexity", {"window": 256})):
         settings = resolve(EvalSettings(task=task, batch_size=8, **extra))
-        native = settings.task_class()(settings)
+        native = task_class(settings.task)(settings)
         prepared = native.prepare(embedded.tokenizer, native.load(), context_length(embedded.model))
         sweep = run_sweep(embedded, [wemask_axis([None])], native, prepared, settings, 8)
         ours.update({r["metric"]: r["value"] for r in sweep.results})
