@@ -48,13 +48,13 @@ def run() -> dict:
     from wemask_cli.eval.data import EvalData
     from wemask_cli.eval.scoring import max_positions
     from wemask_cli.eval.settings import EvalSettings
-    from wemask_cli.eval.tasks import ChoiceTask
+    from wemask_cli.eval.tasks import ChoiceTask, resolve
     from wemask_cli.models import embedded_model_dir, load_model
 
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its notes on YAML defaults
     loaded = load_model(str(embedded_model_dir()), dtype="float32")
     model, tokenizer = loaded.model, loaded.tokenizer
-    task = ChoiceTask(EvalSettings(task="choice", batch_size=BATCH).resolved())
+    task = ChoiceTask(resolve(EvalSettings(task="choice", batch_size=BATCH)))
     data: EvalData = task.load()
     with tempfile.TemporaryDirectory(prefix="bench-lm-eval-") as tmp, resources.as_file("eval/choice.jsonl") as choice:
         instances = lm_eval_requests(choice, Path(tmp))

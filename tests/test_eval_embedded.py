@@ -7,6 +7,8 @@ import pytest
 from wemask_cli import WeMaskConfig
 from wemask_cli.eval.settings import EvalSettings
 from wemask_cli.eval.sweep import run_sweep, wemask_axis
+from wemask_cli.eval.tasks.registry import task_class
+from wemask_cli.eval.tasks.resolve import resolve
 from wemask_cli.method.mask import masked_layers
 from wemask_cli.prompts import context_length
 
@@ -15,8 +17,8 @@ ME = 11
 
 
 def test_perplexity_rises_at_r1_and_stays_close_up_to_r07(embedded):
-    settings = EvalSettings(task="perplexity", window=128, limit=8, batch_size=4).resolved()
-    task = settings.task_class()(settings)
+    settings = resolve(EvalSettings(task="perplexity", window=128, limit=8, batch_size=4))
+    task = task_class(settings.task)(settings)
     data = task.load()  # the bundled eval/perplexity.txt
     prepared = task.prepare(embedded.tokenizer, data, context_length(embedded.model))
     configs = [WeMaskConfig(mask_rate=r, me_layer=ME) for r in (0.0, 0.3, 0.7, 1.0)]

@@ -43,6 +43,8 @@ def test_native_choice_and_perplexity_agree_with_lm_eval(embedded, tmp_path):
 
     from wemask_cli.eval.settings import EvalSettings
     from wemask_cli.eval.sweep import run_sweep, wemask_axis
+    from wemask_cli.eval.tasks.registry import task_class
+    from wemask_cli.eval.tasks.resolve import resolve
     from wemask_cli.prompts import context_length
 
     with resources.as_file("eval/choice.jsonl") as choice, resources.as_file("eval/perplexity.txt") as text:
@@ -52,8 +54,8 @@ def test_native_choice_and_perplexity_agree_with_lm_eval(embedded, tmp_path):
     theirs = lm_eval.simple_evaluate(model=lm, tasks=["wemask_choice", "wemask_text"], task_manager=manager)["results"]
     ours = {}
     for task, extra in (("choice", {}), ("perplexity", {"window": 256})):
-        settings = EvalSettings(task=task, batch_size=8, **extra).resolved()
-        native = settings.task_class()(settings)
+        settings = resolve(EvalSettings(task=task, batch_size=8, **extra))
+        native = task_class(settings.task)(settings)
         prepared = native.prepare(embedded.tokenizer, native.load(), context_length(embedded.model))
         sweep = run_sweep(embedded, [wemask_axis([None])], native, prepared, settings, 8)
         ours.update({r["metric"]: r["value"] for r in sweep.results})

@@ -14,6 +14,7 @@ from wemask_cli import models as models_module
 from wemask_cli.eval.data import EvalData
 from wemask_cli.eval.settings import EvalSettings
 from wemask_cli.eval.tasks import ChoiceTask, MathTask
+from wemask_cli.eval.tasks.resolve import resolve
 
 CHOICE_ROWS = [{"question": f"What is {i} plus {i}?", "choices": [str(2 * i), str(2 * i + 1), "no"], "answer": 0} for i in range(8)]
 
@@ -102,11 +103,11 @@ def test_metrics_and_examples_carry_provenance(monkeypatch, capsys, tiny_model_d
 def test_fewshot_draws_are_seeded_and_chat_turns(tiny_tokenizer):
     rows = [{"question": f"What is {i} times 3?", "answer": f"#### {3 * i}"} for i in range(6)]
     data = EvalData("math", "rows", rows=rows)
-    prepared = [MathTask(EvalSettings(task="math", num_fewshot=2).resolved()).prepare(tiny_tokenizer, data, 256) for _ in range(2)]
+    prepared = [MathTask(resolve(EvalSettings(task="math", num_fewshot=2))).prepare(tiny_tokenizer, data, 256) for _ in range(2)]
     assert prepared[0].payload[4] == prepared[1].payload[4]  # the same draw for the same seed
     text = prepared[0].payload[2][0]
     assert text.count("<|im_start|>user") == 3 and text.count("<|im_start|>assistant") == 3  # 2 shots + the question
-    other = MathTask(EvalSettings(task="math", num_fewshot=2, fewshot_seed=7).resolved()).prepare(tiny_tokenizer, data, 256)
+    other = MathTask(resolve(EvalSettings(task="math", num_fewshot=2, fewshot_seed=7))).prepare(tiny_tokenizer, data, 256)
     assert other.payload[4] != prepared[0].payload[4]
 
 
@@ -114,18 +115,18 @@ def test_dotted_field_paths(tmp_path):
     rows = [{"doc": {"q": "2+2?", "opts": ["3", "4"]}, "label": {"idx": 1}}, {"doc": {"q": "1+1?", "opts": ["2", "5"]}, "label": {"idx": 0}}]
     data = write_jsonl(tmp_path / "nested.jsonl", rows)
     settings = EvalSettings(task="choice", data=str(data), question_field="doc.q", choices_field="doc.opts", answer_field="label.idx")
-    loaded = ChoiceTask(settings.resolved()).load()
+    loaded = ChoiceTask(resolve(settings)).load()
     assert loaded.rows == [{"question": "2+2?", "choices": ["3", "4"], "answer": 1}, {"question": "1+1?", "choices": ["2", "5"], "answer": 0}]
     with pytest.raises(Exception, match="'doc' holds q, opts"):
-        ChoiceTask(EvalSettings(task="choice", data=str(data), question_field="doc.question", choices_field="doc.opts",
-                                answer_field="label.idx").resolved()).load()
+        ChoiceTask(resolve(EvalSettings(task="choice", data=str(data), question_field="doc.question", choices_field="doc.opts",
+                                answer_field="label.idx"))).load()
 
 
 def test_verl_layout_works_for_math_without_flags(tmp_path, tiny_tokenizer):
     question = "What is 2 + 2? Let's think step by step and output the final answer after '####'."
     rows = [{"data_source": "gsm8k", "prompt": [{"role": "user", "content": question}], "ability": "math",
              "reward_model": {"style": "rule", "ground_truth": "4"}, "extra_info": {"index": 0, "split": "test"}}] * 2
-    task = MathTask(EvalSettings(task="math", data=str(write_jsonl(tmp_path / "verl.jsonl", rows))).resolved())
+    task = MathTask(resolve(EvalSettings(task="math", data=str(write_jsonl(tmp_path / "verl.jsonl", rows)))))
     data = task.load()
     assert data.fields == {"question": "prompt", "answer": "reward_model.ground_truth", "layout": "verl"}
     assert data.rows[0]["answer"] == "4"

@@ -14,6 +14,7 @@ from plugin_support import TESTS, plugin_site, wemask
 
 from wemask_cli.eval.settings import EvalSettings
 from wemask_cli.eval.tasks import registry
+from wemask_cli.eval.tasks.resolve import resolve
 
 
 @pytest.fixture
@@ -76,9 +77,9 @@ def test_builtin_task_declarations_drive_the_settings_checks():
     for name, cls in registry.tasks().items():
         assert cls.name == name and cls.primary is not None and set(cls.flags) <= set(registry.TASK_FLAGS), name
     with pytest.raises(Exception, match="--choices-field applies to the choice task, not to math"):
-        EvalSettings(task="math", choices_field="opts").resolved()
+        resolve(EvalSettings(task="math", choices_field="opts"))
     with pytest.raises(Exception, match="--text-field applies to the perplexity task, not to refusal"):
-        EvalSettings(task="refusal", text_field="body").resolved()
+        resolve(EvalSettings(task="refusal", text_field="body"))
 
 
 def test_the_lm_eval_task_is_registered_and_needs_its_own_flag():

@@ -30,11 +30,10 @@ def declaring(folder: Path, target: str) -> Path:
 def toy(monkeypatch):
     """tests/toy_scale_norm.py imported afresh in this process (registers `scale_norm`); the registry restored after."""
     monkeypatch.delitem(sys.modules, "toy_scale_norm", raising=False)
-    kinds()  # the built-in kinds registered first, in the registry that is restored after
-    monkeypatch.setattr("wemask_cli.interventions.registry.KINDS", dict(KINDS))
-    import toy_scale_norm
+    with KINDS.restoring():  # the built-in kinds registered first, the registry restored after
+        import toy_scale_norm
 
-    return toy_scale_norm
+        yield toy_scale_norm
 
 
 def test_a_toy_kind_gets_flags_from_its_fields_and_starts_as_the_identity(toy):

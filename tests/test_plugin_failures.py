@@ -47,11 +47,11 @@ STAGES = {**{f"{k}-stage": (f"{m}:STAGE", why) for k, (m, why) in BROKEN.items()
                          "bool or list"),
           "clash-stage": ("grpo_named:STAGE", "takes the name 'grpo' of a built-in stage (wemask_cli.train.grpo)")}
 KINDS = {**{k: (m, why) for k, (m, why) in BROKEN.items()},
-         "list": ("list_kind", "TypeError: ListKind declares --list-kind of a type other than str, int, float or bool"),
-         "clash": ("gated_norm_again", "registers the intervention kind 'gated_norm', which is already "
+         "list": ("list_kind", "RegistryError: ListKind declares --list-kind of a type other than str, int, float or bool"),
+         "clash": ("gated_norm_again", "registers the intervention 'gated_norm', which is already "
                    "wemask_cli.interventions.gated_norm.GatedNorm (built-in)")}
 TASKS = {**{k: (m, why) for k, (m, why) in BROKEN.items()},
-         "odd": ("unknown_flag_task", "TypeError: Odd declares unknown flags ['no_such_flag']"),
+         "odd": ("unknown_flag_task", "RegistryError: Odd declares unknown flags ['no_such_flag']"),
          "clash": ("perplexity_again", "registers the eval task 'perplexity', which is already "
                    "wemask_cli.eval.tasks.perplexity.PerplexityTask (built-in)")}
 SFT_NAMED = ("sft = toy_stage:STAGE", "takes the name 'sft' of the built-in stage wemask_cli.train.sft")

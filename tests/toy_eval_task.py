@@ -24,6 +24,9 @@ class ToyLengthTask(Task):
     bundled = "perplexity.txt"
     unit = "sentences"
 
+    def max_new(self) -> int:
+        return MAX_NEW
+
     def load(self):
         s = self.settings
         source = open_source(s.data, self.bundled, s.split, s.data_config, s.limit)
@@ -33,13 +36,13 @@ class ToyLengthTask(Task):
 
     def prepare(self, tokenizer, data, max_positions):
         encoded = [tokenizer(row["prompt"]).input_ids for row in data.rows]
-        return Prepared(len(encoded), max(map(len, encoded)) + MAX_NEW, (data.rows, encoded), encoded)
+        return Prepared(len(encoded), max(map(len, encoded)) + self.max_new(), (data.rows, encoded), encoded)
 
     def evaluate(self, model, tokenizer, prepared, seed, batch_size, advance):
         from wemask_cli.engines.generation import generate
 
         rows, encoded = prepared.payload
-        completions = generate(model, tokenizer, encoded, max_new_tokens=MAX_NEW, temperature=0.0, top_p=1.0, seed=seed,
+        completions = generate(model, tokenizer, encoded, max_new_tokens=self.max_new(), temperature=0.0, top_p=1.0, seed=seed,
                                batch_size=batch_size, advance=advance)
         lengths = [float(len(tokenizer(text, add_special_tokens=False).input_ids)) for text in completions]
         records = [{"prompt": row["prompt"], "completion": text, "tokens": n} for row, text, n in zip(rows, completions, lengths)]

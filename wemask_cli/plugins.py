@@ -1,9 +1,9 @@
 """Plugins: what other packages declare under wemask's entry-point groups (`wemask.interventions`, `wemask.stages`,
-`wemask.eval_tasks`), loaded once per process and only when a command needs them (never for `wemask --help` or
-`--version`). Whatever goes wrong while a plugin loads or registers (an import error, a SyntaxError, a RuntimeError,
-even SystemExit, a bad declaration, a name another kind already has) is one warning line naming the plugin's entry
-point and distribution; that plugin is left out, what it had registered is undone, and the rest works.
-Imports nothing heavy."""
+`wemask.eval_tasks`, `wemask.quantization`; wemask_cli/registry.py reads those of its registries), loaded once per
+process and only when a command needs them (never for `wemask --help` or `--version`). Whatever goes wrong while a
+plugin loads or registers (an import error, a SyntaxError, a RuntimeError, even SystemExit, a bad declaration, a
+name another entry already has) is one warning line naming the plugin's entry point and distribution; that plugin
+is left out, what it had registered is undone, and the rest works. Imports nothing heavy."""
 
 from __future__ import annotations
 
@@ -37,20 +37,15 @@ def declared(group: str) -> dict[str, str]:
     return {point.name: source_of(point) for point in entry_points(group=group)}
 
 
-def load_plugins(group: str, what: str, registry: dict | None = None) -> tuple[Plugin, ...]:
+def load_plugins(group: str, what: str) -> tuple[Plugin, ...]:
     """Every entry point of `group` that loads, once per process; `what` names the plugin kind in the warning
-    ("intervention", "trainer stage", "eval task"); `registry` (the dict a plugin's import registers into) is
-    restored when its plugin fails, so a plugin is in or out as a whole."""
+    ("trainer stage")."""
     if group not in _LOADED:
         loaded = []
         for point in entry_points(group=group):
-            before = dict(registry) if registry is not None else None
             try:
                 loaded.append(Plugin(point.name, source_of(point), point.load()))
             except FAILURES as err:
-                if registry is not None:
-                    registry.clear()
-                    registry.update(before)
                 left_out(what, source_of(point), group, f"failed to load: {failure(err)}")
         _LOADED[group] = tuple(loaded)
     return _LOADED[group]
@@ -65,14 +60,3 @@ def failure(err: BaseException) -> str:
 def left_out(what: str, plugin: str, group: str, why: str) -> None:
     """The one warning line for a plugin left out."""
     warn(f"the {what} plugin {plugin} ({group}) {why}; it is left out: fix or uninstall the package that declares it")
-
-
-def name_taken(what: str, name: str, existing: type, new: type) -> None:
-    """A registry's check that `name` is free (or taken by the same class, imported again): a ValueError naming both
-    classes' modules, which `load_plugins` turns into the plugin's warning line."""
-    if (existing.__module__, existing.__qualname__) != (new.__module__, new.__qualname__):
-        builtin = " (built-in)" if existing.__module__.startswith("wemask_cli.") else ""
-        raise ValueError(
-            f"name clash: {new.__module__}.{new.__qualname__} registers the {what} {name!r}, which is already "
-            f"{existing.__module__}.{existing.__qualname__}{builtin}"
-        )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Generic, TypeVar
 
@@ -28,6 +29,11 @@ T = TypeVar("T")
 
 class RegistryError(ValueError):
     """A registration that breaks the rules: a duplicate name, an entry of the wrong type, a bad declaration."""
+
+
+def article(noun: str) -> str:
+    """'an intervention', 'a Task'."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def origin(entry: object) -> str:
@@ -69,10 +75,10 @@ class Registry(Generic[T]):
         """Add `entry` (usable as a class decorator); RegistryError for a wrong type, a bad declaration or a taken name."""
         is_entry = issubclass(entry, self.base) if isinstance(entry, type) else isinstance(entry, self.base)
         if not is_entry:
-            raise RegistryError(f"{origin(entry)} is registered as a {self.what} but is not a {self.base.__name__}")
+            raise RegistryError(f"{origin(entry)} is registered as {article(self.what)} but is not {article(self.base.__name__)}")
         name = self.name_of(entry)
         if not isinstance(name, str) or not name:
-            raise RegistryError(f"{origin(entry)} is registered as a {self.what} without a name")
+            raise RegistryError(f"{origin(entry)} is registered as {article(self.what)} without a name")
         if self.check is not None:
             self.check(entry)
         if name in self._entries and not same_entry(self._entries[name], entry):
@@ -120,6 +126,20 @@ class Registry(Generic[T]):
     def _ordered(self) -> dict[str, T]:
         """The entries registered so far, in `entries()`'s order; loads nothing."""
         return {name: self._entries[name] for name in sorted(self._entries, key=self._rank)}
+
+    def registered(self) -> dict[str, T]:
+        """The entries registered so far, loading nothing (for a `check` that compares a new entry with the others)."""
+        return dict(self._entries)
+
+    @contextmanager
+    def restoring(self) -> Iterator[Registry[T]]:
+        """Entries registered inside the block are forgotten after it (a test's toy entries)."""
+        self.entries()
+        saved = dict(self._entries), dict(self._sources)
+        try:
+            yield self
+        finally:
+            self._entries, self._sources = saved
 
     def has(self, entry: object) -> bool:
         return any(same_entry(known, entry) for known in self._entries.values())

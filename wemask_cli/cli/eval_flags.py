@@ -1,15 +1,19 @@
-"""The flags of `wemask eval`, whose help names the registered eval tasks (plugins' too): imported only when the
-command is built (cli/eval.py). The work is commands/eval.py, the table and curve render/eval.py."""
+"""The flags of `wemask eval`, whose help names the registered eval tasks (plugins' too), and the flags the tasks
+declare (tasks.base.TASK_FLAGS, each task's `options`): imported only when the command is built (cli/eval.py).
+The work is commands/eval.py, the table and curve render/eval.py."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from ..eval.quantize.schemes import DEFAULT_BLOCK_SIZE, block_size_help, quantize_help  # torch-free registry
-from ..eval.tasks.registry import accepting, task_help  # torch-free registry
+from ..eval.tasks.base import TASK_FLAGS, TaskFlag
+from ..eval.tasks.registry import accepting, declaring, task_flags, task_help, tasks  # torch-free registry
+from ..progress import warn
 from .options import (
     BaseQuantizationOpt,
     DtypeOpt,
@@ -32,16 +36,43 @@ def tasks_with(test) -> str:
     return "/".join(accepting(test))
 
 
-def declaring(name: str) -> str:
-    """The registered tasks that declare the task flag `name` (tasks.base.TASK_FLAGS), for its help."""
-    return tasks_with(lambda cls: name in cls.flags)
+def task_parameter(flag: TaskFlag) -> inspect.Parameter:
+    """The parameter of one task flag, its help naming the tasks that take it."""
+    option = typer.Option(*flag.spellings, help=flag.help.replace("{tasks}", declaring(flag)))
+    return inspect.Parameter(flag.dest, inspect.Parameter.KEYWORD_ONLY, default=None,
+                             annotation=Annotated[Optional[flag.type], option])
 
 
+def free(flag: TaskFlag, names: list[str]) -> bool:
+    """Whether a task's own flag is not one of the command's (else it is left out, with one warning line)."""
+    taken = {f"--{name.replace('_', '-')}" for name in names}
+    if flag.dest not in names and not taken & set(flag.spellings):
+        return True
+    warn(f"the eval task option {flag.name} ({flag.dest}) is already a flag of wemask eval; it is left out: rename it")
+    return False
+
+
+def with_task_flags(command):
+    """`command` with every task flag in its signature (what typer reads), in `wemask eval --help`'s order: the shared
+    ones after --top-p, the tasks' own after --chat-template. Their values reach it as keyword arguments."""
+    signature = inspect.signature(command, eval_str=True)
+    params = [p.replace(kind=p.KEYWORD_ONLY) for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    names = [p.name for p in params]
+    shared, own = names.index("top_p") + 1, names.index("chat_template") + 1
+    flags = task_flags()
+    params[own:own] = [task_parameter(flag) for flag in flags[len(TASK_FLAGS):] if free(flag, names)]
+    params[shared:shared] = [task_parameter(flag) for flag in flags[: len(TASK_FLAGS)]]
+    command.__signature__ = signature.replace(parameters=params)
+    return command
+
+
+GENERATION_LENGTHS = ", ".join(f"{name} {cls.max_new_tokens}" for name, cls in tasks().items() if cls.max_new_tokens)
 GENERATING, FEWSHOT, TEMPLATED = (tasks_with(lambda c: c.generates), tasks_with(lambda c: c.fewshot),
                                   tasks_with(lambda c: c.template is not None))
 
 
-# One parameter per flag (typer): long by nature, no logic here.
+# One parameter per flag (typer): long by nature, no logic here. The task flags come from the tasks' declarations.
+@with_task_flags
 def eval_(
     model: ModelOpt = None,
     task: Annotated[Text, typer.Option("--task", "-t", help=task_help())] = None,
@@ -70,29 +101,9 @@ def eval_(
     batch_size: Annotated[str, typer.Option(help="Sequences per forward / generate call, or 'auto' (the largest that fits).")] = "8",
     num_fewshot: Annotated[int, typer.Option(help=f"{FEWSHOT} (and lm-eval): k solved examples before each question, drawn with --fewshot-seed.")] = 0,
     fewshot_seed: Annotated[int, typer.Option(help="Seed of the few-shot draw (recorded).")] = 1234,
-    max_new_tokens: Annotated[Optional[int], typer.Option(help="Generation length (default math 256, refusal 64).")] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option(help=f"Generation length (default {GENERATION_LENGTHS}).")] = None,
     temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature (default 0 = greedy; 0.7 when --seeds > 1).")] = None,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling when sampling.")] = 1.0,
-    window: Annotated[Optional[int], typer.Option(help=f"{declaring('window')}: the longest window in tokens (default 256).")] = None,
-    stride: Annotated[Optional[int], typer.Option(
-        help=f"{declaring('stride')}: new tokens scored per later window (default: the window; less overlaps context).")] = None,
-    text_field: Annotated[Text, typer.Option(help=f"{declaring('text_field')}: text column (default text; dotted paths work).")] = None,
-    question_field: Annotated[
-        Text,
-        typer.Option("--question-field", "--prompt-field", 
-                     help=f"{declaring('question_field')}: question / prompt column or dotted path (default question, problem, goal, ctx, "
-                     "prompt...)."),
-    ] = None,
-    choices_field: Annotated[
-        Text,
-        typer.Option(help=f"{declaring('choices_field')}: options column (a list or ARC's text/label dict), a comma list of columns like "
-                     "sol1,sol2, or a dotted path."),
-    ] = None,
-    answer_field: Annotated[
-        Text,
-        typer.Option(help=f"{declaring('answer_field')}: answer column or dotted path (choice: index, letter, label or option text; math: "
-                     "GSM8K '#### N', a bare answer, reward_model.ground_truth)."),
-    ] = None,
     prompt_template: Annotated[
         Text,
         typer.Option(help=f"{TEMPLATED}: prompt with a {{question}} placeholder (choice default: 'Question: {{question}}\\nAnswer:')."),
@@ -102,10 +113,6 @@ def eval_(
         typer.Option("--chat-template/--no-chat-template",
                      help="Wrap prompts in the chat template (default: on for math and refusal, off for choice and lm-eval)."),
     ] = None,
-    lm_eval_tasks: Annotated[
-        Text, typer.Option(help="Comma list of lm-evaluation-harness tasks, run through the hooked model (needs `pip install lm-eval`).")
-    ] = None,
-    lm_eval_include: Annotated[Text, typer.Option(help="A folder of lm-eval YAML tasks for --lm-eval-tasks.")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output directory (default runs/eval/TASK-TIME, never shared).")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an earlier wemask output in --output (never other files).")] = False,
     dtype: DtypeOpt = "auto",
@@ -113,8 +120,11 @@ def eval_(
     engine: EngineOpt = "transformers",
     vllm_memory: VllmMemoryOpt = None,
     trust_remote_code: TrustRemoteCodeOpt = False,
+    **task_values,  # the task flags (with_task_flags)
 ):
-    """`wemask eval` (its help: cli/eval.py's EVAL_HELP)."""
+    """`wemask eval` (its help: cli/eval.py's eval_help)."""
+    from dataclasses import fields
+
     from ..commands.eval import EvalRequest, run_eval
     from ..eval.settings import EvalSettings, parse_batch_size
     from ..masking import MaskRequest
@@ -122,17 +132,17 @@ def eval_(
     from ..render.curve import eval_curve_png
     from ..render.eval import eval_tables
 
+    shared = {f.name for f in fields(EvalSettings)}
+    options = {dest: value for dest, value in task_values.items() if dest not in shared and value is not None}
     request = EvalRequest(
         model=model, mask=MaskRequest.parse(mask_rates, me_layer, select, layers, strength, tokens), output=output,
-        overwrite=overwrite, dtype=dtype, base_quantization=base_quantization, lm_eval_tasks=lm_eval_tasks, lm_eval_include=lm_eval_include,
-        quantize=quantize, fp4_block_size=fp4_block_size, smoothquant=smoothquant, engine=engine, vllm_memory=vllm_memory,
-        trust_remote_code=trust_remote_code,
+        overwrite=overwrite, dtype=dtype, base_quantization=base_quantization, quantize=quantize, fp4_block_size=fp4_block_size,
+        smoothquant=smoothquant, engine=engine, vllm_memory=vllm_memory, trust_remote_code=trust_remote_code,
         settings=EvalSettings(
-            task=task, data=data, split=split, data_config=data_config, text_field=text_field, question_field=question_field,
-            choices_field=choices_field, answer_field=answer_field, window=window, stride=stride, limit=limit,
-            batch_size=parse_batch_size(batch_size), max_new_tokens=max_new_tokens, seeds=seeds, temperature=temperature,
-            top_p=top_p, prompt_template=prompt_template, chat_template=chat_template, num_fewshot=num_fewshot,
-            fewshot_seed=fewshot_seed,
+            task=task, data=data, split=split, data_config=data_config, limit=limit, batch_size=parse_batch_size(batch_size),
+            max_new_tokens=max_new_tokens, seeds=seeds, temperature=temperature, top_p=top_p, prompt_template=prompt_template,
+            chat_template=chat_template, num_fewshot=num_fewshot, fewshot_seed=fewshot_seed, options=options or None,
+            **{dest: value for dest, value in task_values.items() if dest in shared},
         ),
     )
     document, folder, written = run_eval(request, plot=lambda doc, out: eval_curve_png(doc, out / "curve.png"))

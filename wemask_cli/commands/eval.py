@@ -33,8 +33,6 @@ class EvalRequest:
     overwrite: bool = False
     dtype: str = "auto"
     base_quantization: str = "recorded"  # models.BASE_QUANTIZATIONS
-    lm_eval_tasks: str | None = None
-    lm_eval_include: str | None = None
     quantize: str | None = None  # e.g. "none,w8a8,w4a4,fp4"
     fp4_block_size: int = 16
     smoothquant: float | None = None
@@ -50,17 +48,33 @@ def make_task(request: EvalRequest):
     from ..eval.tasks.registry import task_class, tasks
 
     settings = request.settings
-    selected = [cls for cls in tasks().values() if cls.selector and getattr(request, cls.selector) is not None]
-    if selected:  # a task chosen by its own flag (--lm-eval-tasks)
-        cls, flag = selected[0], "--" + selected[0].selector.replace("_", "-")
+    chosen = [cls for cls in tasks().values() if cls.selector]  # tasks chosen by their own flag (--lm-eval-tasks)
+    selected = [cls for cls in chosen if settings.option(cls.selector) is not None]
+    if selected:
+        cls, flag = selected[0], selector_flag(selected[0])
         if settings.task not in (None, cls.name):
             raise WeMaskError(f"give either --task or {flag}, not both")
-        return cls.create(replace(settings, task=None), request)
-    if request.lm_eval_include is not None:
-        raise WeMaskError("--lm-eval-include applies to --lm-eval-tasks")
+        return create_task(cls, replace(settings, task=None))
+    for cls in chosen:
+        given = [option.name for option in cls.options if settings.option(option.dest) is not None]
+        if given:
+            raise WeMaskError(f"{given[0]} applies to {selector_flag(cls)}")
     if settings.task is None:
-        raise WeMaskError(f"no --task given: use one of {', '.join(tasks())} (or --lm-eval-tasks)")
-    return task_class(settings.task).create(settings, request)
+        alternatives = "".join(f" (or {selector_flag(cls)})" for cls in chosen)
+        raise WeMaskError(f"no --task given: use one of {', '.join(tasks())}{alternatives}")
+    return create_task(task_class(settings.task), settings)
+
+
+def create_task(cls, settings: EvalSettings):
+    """`cls.create` with its settings resolved against its declarations (unless it checks them itself)."""
+    from ..eval.tasks.resolve import resolve
+
+    return cls.create(settings if cls.checks_settings else resolve(settings, cls))
+
+
+def selector_flag(cls) -> str:
+    """The flag of the option that selects `cls` in place of --task."""
+    return next(option.name for option in cls.options if option.dest == cls.selector)
 
 
 def default_output(task: str, root: Path = DEFAULT_ROOT) -> tuple[Path, list[Path]]:
@@ -124,7 +138,7 @@ def run_eval(request: EvalRequest, plot: Callable[[dict, Path], Path] | None = N
     if request.overwrite:
         from ..models import model_inputs
 
-        inputs = [*model_inputs(request.model), ("--data", task.settings.data), ("--lm-eval-include", request.lm_eval_include)]
+        inputs = [*model_inputs(request.model), *task.inputs()]
         check_inputs_outside(output, inputs, flag="--output")
     with claim_output_dir(output, overwrite=request.overwrite, kind="eval", flag="--output", created=created) as claim:
         data = task.load()

@@ -1,6 +1,6 @@
 """`wemask eval`'s machinery (rich-free; the command is commands/eval.py, the table render/eval.py).
 
-- settings.py      EvalSettings: the flags, checked, with each task's defaults
+- settings.py      EvalSettings: the flags (tasks/resolve.py checks them against the task and fills its defaults)
 - data.py          reading examples: bundled sets, files, folders, plain text, hub; columns and dotted paths
 - tasks/           one class per task (perplexity, choice, math, refusal, lm-eval) on the Task interface; the registry
                    (`@register`, entry-point group `wemask.eval_tasks`)

@@ -9,43 +9,30 @@ imported the first time the kinds are read. Trainers, infer and eval read `flag_
 
 from __future__ import annotations
 
-import importlib
-
-from ..plugins import load_plugins, name_taken
+from ..registry import Registry, RegistryError
 from .base import FlagSpec, Intervention, InterventionConfigError
 
-KINDS: dict[str, type[Intervention]] = {}
 BUILTIN = ("wemask", "gated_norm", "pre_affine", "gated_attention")  # modules of this package, in install order
 FLAG_TYPES = (str, int, float, bool)  # what a command-line flag of a kind can parse
-PLUGIN_GROUP = "wemask.interventions"  # entry points naming modules (or classes) that register more kinds
 
 
-def register(cls: type[Intervention]) -> type[Intervention]:
-    """Class decorator: make `cls` known by its `kind` (for JSON records and options)."""
-    if not cls.kind:
-        raise TypeError(f"{cls.__name__} has no kind")
-    if cls.kind in KINDS:
-        name_taken("intervention kind", cls.kind, KINDS[cls.kind], cls)
-    unparsable = [spec.name for spec in cls.flags() if spec.type not in FLAG_TYPES]  # fails here, not in --help
+def check_flags(cls: type[Intervention]) -> None:
+    """A kind's flags must parse: refused at registration, not in --help."""
+    unparsable = [spec.name for spec in cls.flags() if spec.type not in FLAG_TYPES]
     if unparsable:
-        raise TypeError(f"{cls.__name__} declares {', '.join(unparsable)} of a type other than str, int, float or bool")
-    KINDS[cls.kind] = cls
-    return cls
+        raise RegistryError(f"{cls.__name__} declares {', '.join(unparsable)} of a type other than str, int, float or bool")
 
 
-def _load_kinds() -> None:
-    """Import the built-in kinds, and once per process the plugins' (entry-point group `wemask.interventions`):
-    importing a plugin's module registers its kinds."""
-    for name in BUILTIN:
-        importlib.import_module(f".{name}", __package__)
-    load_plugins(PLUGIN_GROUP, "intervention", KINDS)
+KINDS: Registry[type[Intervention]] = Registry(
+    "intervention", "wemask.interventions", Intervention, package=__package__, builtin=BUILTIN,
+    name_of=lambda cls: cls.kind, check=check_flags,
+)
+register = KINDS.register  # class decorator: make `cls` known by its `kind` (for JSON records and options)
 
 
 def kinds() -> dict[str, type[Intervention]]:
     """Every registered kind, in install order (WeMask first, then the remedies, then the plugins')."""
-    _load_kinds()
-    order = [name for name in BUILTIN if name in KINDS] + [name for name in KINDS if name not in BUILTIN]
-    return {name: KINDS[name] for name in order}
+    return KINDS.entries()
 
 
 def config_from_dict(data: dict) -> Intervention:

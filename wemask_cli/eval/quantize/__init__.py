@@ -43,6 +43,7 @@ from .schemes import (
     lookup,
     parse_schemes,
     register,
+    schemes,
 )
 
 TORCH_NAMES = ("simulate", "smoothing_factors", "activation_maxima", "target_linears")
@@ -72,6 +73,7 @@ __all__ = [
     "register",
     "round_to_e2m1",
     "round_to_int_grid",
+    "schemes",
     "simulate",
     "smoothing_factors",
     "target_linears",

@@ -3,17 +3,21 @@
 A scheme is one `Scheme` (its name, the grid its weights and its inputs are rounded to, the block sizes it
 takes, a description) passed to `register`. Parsing and checking `--quantize` and `--fp4-block-size`, the error
 lines and the flags' help all read the registry; nothing else names a scheme. A new scheme is one
-`register(Scheme(...))` call here, or in any module imported before the CLI is built (its --help is made then).
+`register(Scheme(...))` call here, or in another package's module named under the entry-point group
+`wemask.quantization` (pyproject: `[project.entry-points."wemask.quantization"] my_scheme = "my_pkg.my_scheme"`),
+imported the first time the schemes are read (when `wemask eval` is built: its --help lists them).
 This module must import without torch (`wemask eval --help` reads it): a grid's rounding function imports the
 torch math when it is called.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...errors import WeMaskError
+from ...registry import Registry, RegistryError
 from . import grids
 
 DEFAULT_BLOCK_SIZE = 16  # --fp4-block-size's default
@@ -39,38 +43,47 @@ class Scheme:
     block_sizes: tuple[int, ...] = ()
 
 
-SCHEMES: dict[str, Scheme] = {}
+def check_name(scheme: Scheme) -> None:
+    if scheme.name != scheme.name.strip().lower() or "," in scheme.name:
+        raise RegistryError(f"a scheme name is lower case without commas or spaces, not {scheme.name!r}")
+
+
+SCHEMES: Registry[Scheme] = Registry("quantization scheme", "wemask.quantization", Scheme, package=__package__,
+                                     flag="--quantize", check=check_name)
 
 
 def register(scheme: Scheme) -> Scheme:
-    """Make `scheme` a --quantize choice (after those registered before it)."""
-    if scheme.name != scheme.name.strip().lower() or "," in scheme.name or not scheme.name:
-        raise ValueError(f"a scheme name is lower case without commas or spaces, not {scheme.name!r}")
-    if scheme.name in SCHEMES:
-        raise ValueError(f"quantization scheme {scheme.name!r} is already registered")
-    SCHEMES[scheme.name] = scheme
-    return scheme
+    """Make `scheme` a --quantize choice (after those registered before it); its source is the registering module."""
+    module = sys._getframe(1).f_globals.get("__name__", "?")
+    builtin = " (built-in)" if module.startswith("wemask_cli.") else ""
+    return SCHEMES.register(scheme, f"{module}.{scheme.name}{builtin}")
+
+
+def schemes() -> dict[str, Scheme]:
+    """Every registered scheme by name: the built-ins, then the plugins'."""
+    return SCHEMES.entries()
 
 
 def choices() -> str:
     """The registered names, comma-separated (for error lines)."""
-    return ", ".join(SCHEMES)
+    return ", ".join(schemes())
 
 
 def lookup(name: str) -> Scheme:
-    if name not in SCHEMES:
+    known = schemes()
+    if name not in known:
         raise WeMaskError(f"unknown quantization scheme {name!r}: choose from {choices()}")
-    return SCHEMES[name]
+    return known[name]
 
 
 def block_sizes() -> tuple[int, ...]:
     """Every block size a registered scheme takes."""
-    return tuple(sorted({size for scheme in SCHEMES.values() for size in scheme.block_sizes}))
+    return tuple(sorted({size for scheme in schemes().values() for size in scheme.block_sizes}))
 
 
-def check_block_size(schemes: list[Scheme], block_size: int) -> None:
+def check_block_size(chosen: list[Scheme], block_size: int) -> None:
     """--fp4-block-size must suit every chosen scheme with blocks; without one, some registered scheme."""
-    blocked = [scheme.block_sizes for scheme in schemes if scheme.block_sizes] or [block_sizes()]
+    blocked = [scheme.block_sizes for scheme in chosen if scheme.block_sizes] or [block_sizes()]
     for sizes in blocked:
         if block_size not in sizes:
             raise WeMaskError(f"--fp4-block-size must be one of {', '.join(map(str, sizes))}, not {block_size}")
@@ -94,13 +107,13 @@ def parse_schemes(text: str, *, block_size: int = DEFAULT_BLOCK_SIZE, smoothquan
 
 def quantize_help() -> str:
     """--quantize's help: every registered scheme with its description."""
-    listed = ", ".join(f"{scheme.name} ({scheme.description})" for scheme in SCHEMES.values())
+    listed = ", ".join(f"{scheme.name} ({scheme.description})" for scheme in schemes().values())
     return f"Comma list of simulated quantizations, swept like mask rates: {listed}."
 
 
 def block_size_help() -> str:
     """--fp4-block-size's help: the schemes with blocks and the sizes they take."""
-    blocked = [scheme.name for scheme in SCHEMES.values() if scheme.block_sizes]
+    blocked = [scheme.name for scheme in schemes().values() if scheme.block_sizes]
     return f"--quantize {', '.join(blocked)}: values per scale block ({' or '.join(map(str, block_sizes()))})."
 
 

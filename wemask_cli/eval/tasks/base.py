@@ -2,11 +2,11 @@
 
 A task is one class: its defaults as class attributes, `load` (read and check the examples, before any model
 loads), `prepare` (tokenize once, on the loaded model's tokenizer) and `evaluate` (score one variant of the model:
-metrics, the number of units, per-unit records). It declares what the rest of `wemask eval` reads: its flags
-(`flags`, of TASK_FLAGS), column roles (`columns`), unit label, primary metric, engines. Register it with
+metrics, the number of units, per-unit records). It declares what the rest of `wemask eval` reads: the shared flags
+it accepts (`flags`, of TASK_FLAGS), its own flags (`options`, TaskFlags: `wemask eval` derives them, their values
+are `settings.option(dest)`), column roles (`columns`), unit label, primary metric, engines. Register it with
 `@register` (tasks/registry.py): a built-in module listed in registry.BUILTIN, or a plugin module named under the
-entry-point group `wemask.eval_tasks`.
-"""
+entry-point group `wemask.eval_tasks`."""
 
 from __future__ import annotations
 
@@ -21,10 +21,42 @@ from ..stats import Metric
 if TYPE_CHECKING:
     from ..settings import EvalSettings
 
-# The task-specific EvalSettings fields and their flags: a task accepts those named in its `flags`, the others are
-# refused on one line. (--seeds/--temperature follow `generates`, --prompt-template `template`, --num-fewshot `fewshot`.)
-TASK_FLAGS = {"text_field": "--text-field", "question_field": "--question-field", "choices_field": "--choices-field",
-              "answer_field": "--answer-field", "window": "--window", "stride": "--stride"}
+FLAG_TYPES = (str, int, float, bool)  # what a task's flag can parse
+
+
+@dataclass(frozen=True)
+class TaskFlag:
+    """One flag of `wemask eval` that some tasks take: the value's name (`dest`), its type, its help ('{tasks}' is
+    replaced by the tasks that take it) and its spellings (default: --dest with dashes). Not given: None."""
+
+    dest: str
+    type: type
+    help: str
+    names: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.names[0] if self.names else "--" + self.dest.replace("_", "-")
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        return self.names or (self.name,)
+
+
+# The flags several tasks share, in --help's order: their values are EvalSettings fields of the same name. A task
+# accepts those named in its `flags`, the others are refused on one line. (--seeds/--temperature follow `generates`,
+# --prompt-template `template`, --num-fewshot `fewshot`; a task's own flags are its `options`.)
+TASK_FLAGS = {flag.dest: flag for flag in (
+    TaskFlag("window", int, "{tasks}: the longest window in tokens (default 256)."),
+    TaskFlag("stride", int, "{tasks}: new tokens scored per later window (default: the window; less overlaps context)."),
+    TaskFlag("text_field", str, "{tasks}: text column (default text; dotted paths work)."),
+    TaskFlag("question_field", str, "{tasks}: question / prompt column or dotted path (default question, problem, goal, "
+             "ctx, prompt...).", ("--question-field", "--prompt-field")),
+    TaskFlag("choices_field", str, "{tasks}: options column (a list or ARC's text/label dict), a comma list of columns "
+             "like sol1,sol2, or a dotted path."),
+    TaskFlag("answer_field", str, "{tasks}: answer column or dotted path (choice: index, letter, label or option text; "
+             "math: GSM8K '#### N', a bare answer, reward_model.ground_truth)."),
+)}
 CALIBRATION = 8  # sequences a task offers as `Prepared.samples`
 
 
@@ -57,13 +89,16 @@ class Task:
     bundled: ClassVar[str]  # the file in wemask_cli/resources/eval used without --data
     unit: ClassVar[str] = "examples"  # what n counts (the standard error is over these)
     data_unit: ClassVar[str | None] = None  # what len(load()) counts, in the run's first line (default: unit)
+    description: ClassVar[str] = ""  # what it measures, in `wemask eval --help`'s list of tasks (empty: not listed)
     flags: ClassVar[frozenset[str]] = frozenset()  # the TASK_FLAGS fields it accepts
+    options: ClassVar[tuple[TaskFlag, ...]] = ()  # its own flags (no other task's), read with settings.option(dest)
     columns: ClassVar[dict[str, tuple[str, ...]]] = {}  # column role -> names tried in order without its --*-field
     default_window: ClassVar[int | None] = None  # --window's default, for a task that accepts it
     engines: ClassVar[tuple[str, ...]] = ("transformers", "vllm")  # the --engine values it runs on
     libraries: ClassVar[tuple[str, ...]] = ()  # more libraries whose versions metrics.json records
     auto_batch: ClassVar[bool] = True  # --batch-size auto is measured on its longest sequence
-    selector: ClassVar[str | None] = None  # an EvalRequest field that selects this task in place of --task
+    selector: ClassVar[str | None] = None  # the dest of one of its options that selects it in place of --task
+    checks_settings: ClassVar[bool] = False  # it checks its settings itself (else tasks.resolve does, from the above)
     generates: ClassVar[bool] = False  # generation tasks sample with --seeds/--temperature
     template: ClassVar[str | None] = None  # default --prompt-template (None: the task takes none)
     chat_default: ClassVar[bool] = False  # default --chat-template
@@ -74,9 +109,13 @@ class Task:
         self.settings = settings
 
     @classmethod
-    def create(cls, settings: EvalSettings, request) -> Task:
-        """The task for a `wemask eval` request, its flags checked and defaults filled in (before anything loads)."""
-        return cls(settings.resolved(cls))
+    def create(cls, settings: EvalSettings) -> Task:
+        """The task for `wemask eval`'s settings (checked and completed by tasks.resolve, unless `checks_settings`)."""
+        return cls(settings)
+
+    def inputs(self) -> list[tuple[str, str | None]]:
+        """(flag, path) of what the run reads, kept outside --output when it is overwritten."""
+        return [("--data", self.settings.data)]
 
     def seed_note(self) -> str:
         """What the seeds vary, for the run's first line."""

@@ -29,6 +29,7 @@ class ChoiceTask(Task):
     template = "Question: {question}\nAnswer:"
     fewshot = True
     summary = "log-likelihood of each option"
+    description = "log-likelihood of each option: accuracy, and accuracy_norm per character of the option, lm-eval's acc/acc_norm"
     flags = frozenset({"question_field", "choices_field", "answer_field"})
     columns = {"question": ("question", "problem", "goal", "ctx", "query", "prompt", "instruction"),
                "choices": ("choices", "options", "endings", "sol1,sol2"),

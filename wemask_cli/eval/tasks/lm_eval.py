@@ -12,13 +12,14 @@ from __future__ import annotations
 import difflib
 import logging
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 from ...errors import WeMaskError, first_line
 from ..data import EvalData
 from ..settings import DEFAULT_WINDOW, EvalSettings
 from ..stats import Metric, mean_se
-from .base import Prepared, Scored, Task
+from .base import Prepared, Scored, Task, TaskFlag
 from .registry import register
 
 NOT_UNDER_LM_EVAL = {  # EvalSettings field -> flag: these configure native tasks only
@@ -63,7 +64,13 @@ class LmEvalTask(Task):
     engines = ("transformers",)
     libraries = ("lm-eval",)
     auto_batch = False
+    options = (
+        TaskFlag("lm_eval_tasks", str, "Comma list of lm-evaluation-harness tasks, run through the hooked model (needs "
+                 "`pip install lm-eval`)."),
+        TaskFlag("lm_eval_include", str, "A folder of lm-eval YAML tasks for --lm-eval-tasks."),
+    )
     selector = "lm_eval_tasks"
+    checks_settings = True  # check_flags: the lm-eval task defines its data, prompt and generation
 
     def __init__(self, settings: EvalSettings, names: str, include: str | None):
         super().__init__(settings)
@@ -73,10 +80,15 @@ class LmEvalTask(Task):
         self.lm = None
 
     @classmethod
-    def create(cls, settings: EvalSettings, request) -> Task:
-        if request.lm_eval_tasks is None:
+    def create(cls, settings: EvalSettings) -> Task:
+        """Its options are recorded under metrics.json's `lm_eval` (document_extra), not among the settings."""
+        names, include = settings.option("lm_eval_tasks"), settings.option("lm_eval_include")
+        if names is None:
             raise WeMaskError("--task lm-eval needs the lm-eval task names: give --lm-eval-tasks (e.g. arc_easy,piqa)")
-        return cls(settings, request.lm_eval_tasks, request.lm_eval_include)
+        return cls(replace(settings, options=None), names, include)
+
+    def inputs(self) -> list[tuple[str, str | None]]:
+        return [*super().inputs(), ("--lm-eval-include", self.include)]
 
     def seed_note(self) -> str:
         return "what the lm-eval task sets"

@@ -38,6 +38,7 @@ class MathTask(Task):
     chat_default = True
     fewshot = True
     summary = "generate, then grade the final answer"
+    description = "generate, then the GRPO math reward's grader: accuracy, and how many answers were unparseable"
     flags = frozenset({"question_field", "answer_field"})
     columns = {"question": ("question", "problem", "goal", "ctx", "query", "prompt", "instruction"),
                "answer": ("answer", "final_answer", "solution")}

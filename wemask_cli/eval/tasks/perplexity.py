@@ -39,6 +39,7 @@ class PerplexityTask(Task):
     primary = "perplexity"
     bundled = "perplexity.txt"
     summary = "every token scored once in rolling windows"
+    description = "every token scored once in rolling windows: perplexity, word_perplexity, byte_perplexity, bits_per_byte"
     unit = "windows"
     data_unit = "text(s)"
     flags = frozenset({"text_field", "window", "stride"})

@@ -50,6 +50,8 @@ class RefusalTask(Task):
     chat_default = True
     max_new_tokens = 64
     summary = "share of completions that refuse"
+    description = (f"share of completions whose first {REFUSAL_WINDOW} characters match a refusal phrase; the list is "
+                   f"{__name__}.REFUSAL_PATTERNS")
     flags = frozenset({"question_field"})
     columns = {"prompt": ("prompt", "question", "instruction", "goal", "problem", "text")}
 

@@ -8,52 +8,48 @@ Settings, flags, data and the eval command read the classes' declarations; they 
 
 from __future__ import annotations
 
-import importlib
+from dataclasses import fields
 
-from ...errors import WeMaskError
-from ...plugins import load_plugins, name_taken
-from .base import TASK_FLAGS, Task
+from ...registry import Registry, RegistryError, origin
+from ..settings import EvalSettings
+from .base import FLAG_TYPES, TASK_FLAGS, Task, TaskFlag
 
-__all__ = ["TASK_FLAGS", "TASKS", "accepting", "applies_to", "register", "task_class", "task_help", "tasks"]
+__all__ = ["TASKS", "TASK_FLAGS", "accepting", "applies_to", "declaring", "register", "takes", "task_class", "task_flags", "task_help",
+           "tasks"]
 
-TASKS: dict[str, type[Task]] = {}
+SETTINGS = {field.name for field in fields(EvalSettings)}  # the generic eval settings: no option takes their names
 BUILTIN = ("perplexity", "choice", "math", "refusal", "lm_eval")  # modules of this package, in listing order
-PLUGIN_GROUP = "wemask.eval_tasks"  # entry points naming modules that register more tasks
 
 
-def register(cls: type[Task]) -> type[Task]:
-    """Class decorator: make `cls` known as `--task cls.name`."""
-    if not getattr(cls, "name", None):
-        raise TypeError(f"{cls.__name__} has no name")
+def check_declaration(cls: type[Task]) -> None:
+    """A task's `flags` name shared flags (TASK_FLAGS); its own `options` parse and take no name a shared flag, a
+    setting or another task's option has."""
     unknown = set(cls.flags) - set(TASK_FLAGS)
     if unknown:
-        raise TypeError(f"{cls.__name__} declares unknown flags {sorted(unknown)} (known: {sorted(TASK_FLAGS)})")
-    if cls.name in TASKS:
-        name_taken("eval task", cls.name, TASKS[cls.name], cls)
-    TASKS[cls.name] = cls
-    return cls
+        raise RegistryError(f"{cls.__name__} declares unknown flags {sorted(unknown)} (known: {sorted(TASK_FLAGS)})")
+    for option in cls.options:
+        if not isinstance(option, TaskFlag) or option.type not in FLAG_TYPES:
+            raise RegistryError(f"{origin(cls)} declares the option {option!r}: a task's option is a TaskFlag of type "
+                                "str, int, float or bool")
+        owner = next((other for other in TASKS.registered().values() if other.name != cls.name
+                      and option.dest in {o.dest for o in other.options}), None)
+        if option.dest in TASK_FLAGS or option.dest in SETTINGS or owner is not None:
+            taken = origin(owner) if owner is not None else "a shared eval flag (tasks.base.TASK_FLAGS, EvalSettings)"
+            raise RegistryError(f"{origin(cls)} declares the option {option.name}, which is already {taken}")
 
 
-def _load_tasks() -> None:
-    """Import the built-in tasks, and once per process the plugins' (entry-point group `wemask.eval_tasks`):
-    importing a plugin's module registers its tasks."""
-    for name in BUILTIN:
-        importlib.import_module(f".{name}", __package__)
-    load_plugins(PLUGIN_GROUP, "eval task", TASKS)
+TASKS: Registry[type[Task]] = Registry("eval task", "wemask.eval_tasks", Task, package=__package__, builtin=BUILTIN,
+                                       flag="--task", check=check_declaration)
+register = TASKS.register  # class decorator: make `cls` known as `--task cls.name`
 
 
 def tasks() -> dict[str, type[Task]]:
     """Every registered task: the built-ins in BUILTIN's order, then the plugins'."""
-    _load_tasks()
-    builtin = [cls.name for module in BUILTIN for cls in TASKS.values() if cls.__module__ == f"{__package__}.{module}"]
-    return {name: TASKS[name] for name in builtin + [name for name in TASKS if name not in builtin]}
+    return TASKS.entries()
 
 
 def task_class(name: str) -> type[Task]:
-    known = tasks()
-    if name not in known:
-        raise WeMaskError(f"--task {name!r} is unknown: use one of {', '.join(known)}")
-    return known[name]
+    return TASKS.get(name)
 
 
 def accepting(test) -> list[str]:
@@ -67,6 +63,21 @@ def applies_to(test) -> str:
     if len(names) == 1:
         return f"the {names[0]} task"
     return f"the {', '.join(names[:-1])} and {names[-1]} tasks"
+
+
+def task_flags() -> list[TaskFlag]:
+    """Every task flag `wemask eval` offers: the shared ones (TASK_FLAGS), then the tasks' own options."""
+    return [*TASK_FLAGS.values(), *(option for cls in tasks().values() for option in cls.options)]
+
+
+def takes(cls: type[Task], dest: str) -> bool:
+    """Whether the task takes the task flag `dest` (a shared flag it names, or one of its options)."""
+    return dest in cls.flags or dest in {option.dest for option in cls.options}
+
+
+def declaring(flag: TaskFlag) -> str:
+    """'perplexity' / 'choice/math': the registered tasks that take `flag`, for its help."""
+    return "/".join(accepting(lambda cls: takes(cls, flag.dest)))
 
 
 def task_help() -> str:
