@@ -63,13 +63,7 @@ DYNAMIC_IMPORTS = {  # the only modules that may import by a computed name, and 
     "wemask_cli/registry.py": "an extension point's built-in modules (by the names it lists) and its plugins' entry points",
     "wemask_cli/train/stage_registry.py": "a stage's 'module:Class', imported only when its command runs (so that "
                                           "`wemask --help` reads the torch-free StageSpec alone)",
-    # TODO(r28 merge): these two move onto registry.py this round (their owners' part); drop them once they have
-    "wemask_cli/eval/tasks/registry.py": "the built-in eval tasks by name",
-    "wemask_cli/interventions/registry.py": "the built-in interventions by name",
 }
-KNOWN_CYCLES = (  # TODO(r28 merge): removed by the engineer who owns eval/ this round; drop this entry then
-    "import cycle between wemask_cli.eval.settings, wemask_cli.eval.tasks",
-)
 
 
 def rank_key(name: str) -> str:
@@ -220,7 +214,7 @@ def audit_of(root: str, with_help: bool = True) -> dict:
 
 def test_imports_follow_the_dependency_rule():
     audit = audit_of(str(PACKAGE.parent))
-    found = [line for line in violations(audit=audit) if not line.startswith(KNOWN_CYCLES)]
+    found = violations(audit=audit)
     assert found == [], "\n".join(found)
 
 
@@ -228,8 +222,6 @@ def test_the_allowances_hold_only_what_is_still_needed():
     mods = modules_of(tree_files())
     dynamic = {module.path for module in mods.values() if imports(module, set(mods))[1]}
     assert sorted(set(DYNAMIC_IMPORTS) - dynamic) == []  # a module that no longer imports by a computed name
-    found = violations()
-    assert [known for known in KNOWN_CYCLES if not any(line.startswith(known) for line in found)] == []
 
 
 def test_the_audit_sees_the_help_paths_and_every_module():
