@@ -3,7 +3,8 @@
 A task is one class: its defaults as class attributes, `load` (read and check the examples, before any model
 loads), `prepare` (tokenize once, on the loaded model's tokenizer) and `evaluate` (score one variant of the model:
 metrics, the number of units, per-unit records). It declares what the rest of `wemask eval` reads: its flags
-(`flags`, of TASK_FLAGS), column roles (`columns`), unit label, primary metric, engines. Register it with
+(`flags`, of TASK_FLAGS), column roles (`columns`), unit label, primary metric, the engine features it needs (`needs`). `evaluate`
+gets the engine (engines/base.py: `token_logprobs`, `score_options`, `generate_ids`), whichever it is. Register it with
 `@register` (tasks/registry.py): a built-in module listed in registry.BUILTIN, or a plugin module named under the
 entry-point group `wemask.eval_tasks`.
 """
@@ -60,7 +61,7 @@ class Task:
     flags: ClassVar[frozenset[str]] = frozenset()  # the TASK_FLAGS fields it accepts
     columns: ClassVar[dict[str, tuple[str, ...]]] = {}  # column role -> names tried in order without its --*-field
     default_window: ClassVar[int | None] = None  # --window's default, for a task that accepts it
-    engines: ClassVar[tuple[str, ...]] = ("transformers", "vllm")  # the --engine values it runs on
+    needs: ClassVar[frozenset[str]] = frozenset()  # the engine features it needs (engines/base.py FEATURES)
     libraries: ClassVar[tuple[str, ...]] = ()  # more libraries whose versions metrics.json records
     auto_batch: ClassVar[bool] = True  # --batch-size auto is measured on its longest sequence
     selector: ClassVar[str | None] = None  # an EvalRequest field that selects this task in place of --task
