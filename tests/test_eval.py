@@ -15,9 +15,9 @@ from conftest import make_tiny_model, run_main
 
 from wemask_cli import WeMaskConfig, apply_wemask
 from wemask_cli import models as models_module
-from wemask_cli.eval.data import EvalData
 from wemask_cli.engines.transformers import TransformersEngine
 from wemask_cli.engines.transformers_forward import score_options
+from wemask_cli.eval.data import EvalData
 from wemask_cli.eval.settings import EvalSettings
 from wemask_cli.eval.tasks import ChoiceTask, PerplexityTask, refusal_match
 from wemask_cli.eval.tasks.math import grade_math

@@ -1,0 +1,90 @@
+"""The engine extension point: an engine declared outside the package (tests/toy_engine.py) and installed as a plugin
+(entry-point group `wemask.engines`) is an `--engine` choice, and runs `wemask infer` and every `wemask eval` task
+with the transformers engine's outputs, with no edit inside wemask_cli; what it does not declare is refused in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_main
+from plugin_support import plugin_site, wemask
+
+from wemask_cli import resources
+
+MASK = ("--mask-rate", "0,1", "--me-layer", "1")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    return plugin_site(tmp_path_factory.mktemp("engine-site"), "wemask.engines", "toy = toy_engine:ToyEngine")
+
+
+def test_the_plugin_engine_is_an_engine_choice_without_torch(site):
+    helped = wemask(site, "infer", "--help", blocked=True)
+    assert helped.returncode == 0, helped.stderr
+    listed = " ".join(word for word in helped.stdout.split() if word != "│")
+    assert "| vllm (the same mask in vLLM; needs `pip install wemask-cli`) | toy (toy plugin: the transformers engine, wrapped)." in listed
+    unknown = wemask(site, "infer", "--engine", "tox", "-p", "hi")
+    assert unknown.returncode == 2 and unknown.stderr == "wemask: error: --engine 'tox' is unknown: use one of transformers, vllm, toy\n"
+
+
+def test_infer_on_the_plugin_engine_equals_transformers(site, monkeypatch, capsys, tiny_model_dir, tmp_path):
+    ask = ("infer", "--model", tiny_model_dir, "-p", "The quick brown fox", "-p", "What is 2 plus 2?", "--max-new-tokens", "6", *MASK)
+    toy = wemask(site, *ask, "--engine", "toy", "-o", str(tmp_path / "toy.jsonl"))
+    assert toy.returncode == 0, toy.stderr[-3000:]
+    code, _, err = run_main(monkeypatch, capsys, *ask, "-o", str(tmp_path / "hf.jsonl"))
+    assert code == 0, err
+    toy_rows, hf_rows = ([json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()] for name in ("toy", "hf"))
+    assert [r["engine"] for r in toy_rows] == ["toy"] * 4
+    assert [{**r, "engine": "transformers"} for r in toy_rows] == hf_rows
+    assert toy_rows[0]["completion"] != toy_rows[2]["completion"] or toy_rows[1]["completion"] != toy_rows[3]["completion"]
+
+
+def lm_eval_flags(folder: Path) -> list[str]:
+    """--lm-eval-tasks over a local YAML task on the bundled choice file."""
+    with resources.as_file("eval/choice.jsonl") as choice:
+        folder.mkdir()
+        (folder / "toy_choice.yaml").write_text(
+            "task: toy_choice\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+            f"    test: {choice}\ntest_split: test\noutput_type: multiple_choice\n"
+            'doc_to_text: "Question: {{question}}\\nAnswer:"\ndoc_to_choice: "{{choices}}"\ndoc_to_target: "{{answer}}"\n'
+            "metric_list:\n  - metric: acc\n"
+        )
+    return ["--lm-eval-tasks", "toy_choice", "--lm-eval-include", str(folder)]
+
+
+TASKS = {
+    "perplexity": ["--task", "perplexity", "--window", "32"],
+    "choice": ["--task", "choice"],
+    "math": ["--task", "math", "--max-new-tokens", "4"],
+    "refusal": ["--task", "refusal", "--max-new-tokens", "4"],
+    "lm-eval": None,
+}
+
+
+@pytest.mark.parametrize("task", list(TASKS))
+def test_every_eval_task_runs_on_the_plugin_engine_as_on_transformers(task, site, monkeypatch, capsys, tiny_model_dir, tmp_path):
+    if task == "lm-eval":
+        pytest.importorskip("lm_eval")
+    flags = TASKS[task] or lm_eval_flags(tmp_path / "tasks")
+    ask = ["eval", "--model", tiny_model_dir, *flags, "--limit", "4", "--batch-size", "2", *MASK]
+    toy = wemask(site, *ask, "--engine", "toy", "--output", str(tmp_path / "toy"))
+    assert toy.returncode == 0, toy.stderr[-3000:]
+    code, _, err = run_main(monkeypatch, capsys, *ask, "--output", str(tmp_path / "hf"))
+    assert code == 0, err
+    toy_doc, hf_doc = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("toy", "hf"))
+    assert toy_doc["engine"] == "toy" and toy_doc["provenance"]["versions"]["toy-engine"] == "0.1"
+    assert len(toy_doc["results"]) == len(hf_doc["results"]) >= 2
+    for ours, theirs in zip(toy_doc["results"], hf_doc["results"]):
+        assert ours["engine"] == "toy" and {**ours, "engine": "transformers"} == pytest.approx(theirs, abs=1e-5)
+
+
+def test_a_feature_the_plugin_engine_does_not_declare_is_refused_in_one_line(site, tiny_model_dir, tmp_path):
+    refused = wemask(site, "eval", "--model", tiny_model_dir, "--task", "perplexity", "--engine", "toy", "--quantize",
+                     "none,w8a8", "--output", str(tmp_path / "out"), blocked=True)
+    assert refused.returncode == 2 and refused.stderr == (
+        "wemask: error: --quantize simulates quantization on the transformers model's weights: use --engine transformers\n"
+    )
+    assert not (tmp_path / "out").exists()
