@@ -88,3 +88,14 @@ def test_a_feature_the_plugin_engine_does_not_declare_is_refused_in_one_line(sit
         "wemask: error: --quantize simulates quantization on the transformers model's weights: use --engine transformers\n"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_an_engine_is_checked_against_the_base_and_its_declared_features():
+    from wemask_cli.engines.base import ENGINES, Engine
+    from wemask_cli.registry import RegistryError
+
+    with pytest.raises(RegistryError, match="is not a Engine"):
+        ENGINES.register(type("Stray", (), {"name": "stray"}))
+    with pytest.raises(RegistryError, match=r"the engine 'warp' declares unknown features \['teleport'\]"):
+        ENGINES.register(type("Warp", (Engine,), {"name": "warp", "supports": frozenset({"teleport"})}))
+    assert "warp" not in ENGINES and "stray" not in ENGINES

@@ -15,7 +15,7 @@ class ToyEngine(Engine):
     name = "toy"
     summary = "toy plugin: the transformers engine, wrapped"
     supports = TransformersEngine.supports - {"quantization"}
-    versions = {"toy-engine": "0.1"}  # noqa: RUF012
+    versions = {"toy-engine": "0.1"}
 
     def __init__(self, inner: TransformersEngine):
         self.inner, self.module = inner, inner.module

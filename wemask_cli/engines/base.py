@@ -56,7 +56,7 @@ class Engine:
     source: str = ""
     saved: Any = None
     installed: Any = None
-    versions: dict = {}  # noqa: RUF012 (read only: an engine that records versions sets its own)
+    versions: dict = {}  # read only: an engine that records library versions sets its own
     dtype: Any = None
 
     @classmethod
