@@ -12,17 +12,18 @@ generation and prompt log-probabilities for `wemask infer/eval --engine vllm` (t
 
 # the public names, imported when first used: importing the package (engine.py, listed by the engine registry for
 # `wemask infer --help`) imports no torch
-EXPORTS = {
-    "InstalledMask": "mask", "SUPPORTED_ARCHITECTURES": "mask", "VllmEngineError": "mask", "current_mask": "mask",
-    "install_wemask": "mask", "remove_wemask": "mask", "install_from_folder": "support",
-    "saved_wemask_for_vllm": "support",
-}  # fmt: skip
-__all__ = sorted(EXPORTS)
+MASK_NAMES = ("InstalledMask", "SUPPORTED_ARCHITECTURES", "VllmEngineError", "current_mask", "install_wemask", "remove_wemask")
+SUPPORT_NAMES = ("install_from_folder", "saved_wemask_for_vllm")
+__all__ = sorted(MASK_NAMES + SUPPORT_NAMES)
 
 
 def __getattr__(name: str):
-    if name not in EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
+    if name in MASK_NAMES:
+        from . import mask
 
-    return getattr(importlib.import_module(f".{EXPORTS[name]}", __name__), name)
+        return getattr(mask, name)
+    if name in SUPPORT_NAMES:
+        from . import support
+
+        return getattr(support, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
