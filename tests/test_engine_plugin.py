@@ -8,10 +8,17 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import run_main
 from plugin_support import plugin_site, wemask
 
 from wemask_cli import resources
+from wemask_cli.engines.base import ENGINES, Engine, EngineRequest
+from wemask_cli.engines.transformers import TransformersEngine
+from wemask_cli.errors import WeMaskError
+from wemask_cli.interventions import config_from_dict, save_configs
+from wemask_cli.masking import MaskRequest
+from wemask_cli.registry import RegistryError
 
 MASK = ("--mask-rate", "0,1", "--me-layer", "1")
 
@@ -91,11 +98,25 @@ def test_a_feature_the_plugin_engine_does_not_declare_is_refused_in_one_line(sit
 
 
 def test_an_engine_is_checked_against_the_base_and_its_declared_features():
-    from wemask_cli.engines.base import ENGINES, Engine
-    from wemask_cli.registry import RegistryError
-
     with pytest.raises(RegistryError, match="is not a Engine"):
         ENGINES.register(type("Stray", (), {"name": "stray"}))
     with pytest.raises(RegistryError, match=r"the engine 'warp' declares unknown features \['teleport'\]"):
         ENGINES.register(type("Warp", (Engine,), {"name": "warp", "supports": frozenset({"teleport"})}))
     assert "warp" not in ENGINES and "stray" not in ENGINES
+
+
+def test_an_engine_refuses_massive_tokens_adapters_and_remedies_it_does_not_declare(tiny_model_dir, tmp_path):
+    plain = type("Plain", (TransformersEngine,), {"name": "plain", "supports": frozenset()})
+    massive = MaskRequest.parse(mask_rate="0.3", me_layer="1", tokens="massive")
+    with pytest.raises(WeMaskError, match=r"^--tokens massive picks tokens .* the plain engine does not see: use --engine transformers$"):
+        plain.load(EngineRequest(tiny_model_dir, mask=massive))
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": tiny_model_dir}))
+    with pytest.raises(WeMaskError, match=rf"^{adapter} is a LoRA adapter folder, which the plain engine does not load"):
+        plain.load(EngineRequest(str(adapter), mask=MaskRequest.parse()))
+    remedied = tmp_path / "remedied"
+    save_configs(remedied, [config_from_dict({"kind": "pre_affine"})], weights={"pre_affine.0.attn.scale": torch.ones(4)})
+    (remedied / "config.json").write_text((Path(tiny_model_dir) / "config.json").read_text())
+    with pytest.raises(WeMaskError, match=r"carries saved interventions \(pre_affine\) that the plain engine does not run"):
+        plain.load(EngineRequest(str(remedied), mask=MaskRequest.parse()))

@@ -83,13 +83,14 @@ class Engine:
         from pathlib import Path
 
         from ..models import resolve_source, saved_run
+        from ..outputs import ADAPTER_CONFIG_FILE
 
         if request.mask is not None and request.mask.tokens == "massive":
             cls.require("massive")
         if {"adapters", "interventions"} <= cls.supports:
             return
         source = resolve_source(request.model)
-        if (Path(source) / "adapter_config.json").is_file():
+        if (Path(source) / ADAPTER_CONFIG_FILE).is_file():
             cls.require("adapters", source=source)
         saved = saved_run(source)
         if saved is not None and saved.remedies:
