@@ -23,7 +23,7 @@ def imported_modules(function: ast.FunctionDef) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("module, command, source", [("locate", "locate", "locate"), ("infer", "infer", "infer"),
+@pytest.mark.parametrize("module, command, source", [("locate", "locate", "locate"), ("infer", "infer", "infer_flags"),
                                                      ("eval", "eval_", "eval_flags")])
 def test_a_cli_command_parses_calls_one_command_and_renders(module, command, source):
     tree = ast.parse((CLI / f"{source}.py").read_text())

@@ -15,13 +15,15 @@ from conftest import make_tiny_model, run_main
 
 from wemask_cli import WeMaskConfig, apply_wemask
 from wemask_cli import models as models_module
+from wemask_cli.engines.transformers import TransformersEngine
+from wemask_cli.engines.transformers_forward import score_options
 from wemask_cli.eval.data import EvalData
-from wemask_cli.eval.scoring import score_options
 from wemask_cli.eval.settings import EvalSettings
 from wemask_cli.eval.tasks import ChoiceTask, PerplexityTask, refusal_match, task_class
 from wemask_cli.eval.tasks.math import grade_math
 from wemask_cli.eval.tasks.resolve import resolve
 from wemask_cli.method.mask import masked_layers
+from wemask_cli.models import LoadedModel
 from wemask_cli.rewards import answers_match, extract_answer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,6 +96,11 @@ def hand_loglik(model, context: list[int], option: list[int]) -> float:
     return total
 
 
+def transformers_engine(model, tokenizer) -> TransformersEngine:
+    """A tiny model as the transformers engine a task evaluates on."""
+    return TransformersEngine(LoadedModel(model, tokenizer, source=""))
+
+
 def test_choice_scores_equal_hand_computed_logliks(tiny_tokenizer):
     model = make_tiny_model("llama", vocab_size=len(tiny_tokenizer))
     rows = [
@@ -109,7 +116,7 @@ def test_choice_scores_equal_hand_computed_logliks(tiny_tokenizer):
     for batch_size in (1, 2):
         got = score_options(model, groups, tiny_tokenizer.pad_token_id, batch_size=batch_size)
         assert [x for row in got for x in row] == pytest.approx([x for row in expected for x in row], abs=1e-4)
-    scored = task.evaluate(model, tiny_tokenizer, prepared, 0, 2, lambda k: None)
+    scored = task.evaluate(transformers_engine(model, tiny_tokenizer), tiny_tokenizer, prepared, 0, 2, lambda k: None)
     records = scored.records
     assert scored.n == 2
     assert records[0]["pred"] == max(range(3), key=lambda i: expected[0][i])
@@ -148,7 +155,7 @@ def test_perplexity_equals_the_models_own_loss(tiny_tokenizer):
     windows = [w.sequence for w in prepared.payload[0]]
     assert len(windows) == 3 and all(len(w) == 25 for w in windows)
     assert windows[0][0] == tiny_tokenizer.eos_token_id  # no BOS: the first token is conditioned on EOS, like lm-eval
-    scored = task.evaluate(model, tiny_tokenizer, prepared, 0, 2, lambda k: None)
+    scored = task.evaluate(transformers_engine(model, tiny_tokenizer), tiny_tokenizer, prepared, 0, 2, lambda k: None)
     with torch.no_grad():
         ids = torch.tensor(windows)
         loss = model(input_ids=ids, labels=ids).loss
@@ -375,11 +382,11 @@ def test_non_finite_logliks_are_an_error_not_a_metric(tiny_tokenizer):
     rows = [{"question": "What is 12 plus 30?", "choices": ["42", "72"], "answer": 0}]
     task, prepared = choice_task(rows, tiny_tokenizer)
     with pytest.raises(WeMaskError, match=r"question 1 \('What is 12 plus 30\?'\): the model's log-likelihood is not finite \(nan"):
-        task.evaluate(model, tiny_tokenizer, prepared, 0, 2, lambda k: None)
+        task.evaluate(transformers_engine(model, tiny_tokenizer), tiny_tokenizer, prepared, 0, 2, lambda k: None)
     ppl = PerplexityTask(resolve(EvalSettings(task="perplexity", window=24, limit=2)))
     prepared = ppl.prepare(tiny_tokenizer, EvalData("perplexity", "text", texts=[PPL_TEXT.read_text()]), 256)
     with pytest.raises(WeMaskError, match=r"perplexity window 0 \(document 0\): the model's log-likelihood is not finite"):
-        ppl.evaluate(model, tiny_tokenizer, prepared, 0, 2, lambda k: None)
+        ppl.evaluate(transformers_engine(model, tiny_tokenizer), tiny_tokenizer, prepared, 0, 2, lambda k: None)
 
 
 def test_eval_reads_the_context_length_of_a_composite_config(monkeypatch, capsys, tiny_model_dir, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from wemask_cli import WeMaskConfig
+from wemask_cli.engines.transformers import TransformersEngine
 from wemask_cli.eval.settings import EvalSettings
 from wemask_cli.eval.sweep import run_sweep, wemask_axis
 from wemask_cli.eval.tasks.registry import task_class
@@ -22,7 +23,7 @@ def test_perplexity_rises_at_r1_and_stays_close_up_to_r07(embedded):
     data = task.load()  # the bundled eval/perplexity.txt
     prepared = task.prepare(embedded.tokenizer, data, context_length(embedded.model))
     configs = [WeMaskConfig(mask_rate=r, me_layer=ME) for r in (0.0, 0.3, 0.7, 1.0)]
-    sweep = run_sweep(embedded, [wemask_axis(configs)], task, prepared, settings, 4)
+    sweep = run_sweep(TransformersEngine(embedded), [wemask_axis(configs)], task, prepared, settings, 4)
     assert masked_layers(embedded.model) == []
     ppl = {r["mask_rate"]: r for r in sweep.results if r["metric"] == "perplexity"}
     base = ppl[0.0]["value"]

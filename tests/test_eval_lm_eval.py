@@ -41,6 +41,7 @@ def test_native_choice_and_perplexity_agree_with_lm_eval(embedded, tmp_path):
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
+    from wemask_cli.engines.transformers import TransformersEngine
     from wemask_cli.eval.settings import EvalSettings
     from wemask_cli.eval.sweep import run_sweep, wemask_axis
     from wemask_cli.eval.tasks.registry import task_class
@@ -57,7 +58,7 @@ def test_native_choice_and_perplexity_agree_with_lm_eval(embedded, tmp_path):
         settings = resolve(EvalSettings(task=task, batch_size=8, **extra))
         native = task_class(settings.task)(settings)
         prepared = native.prepare(embedded.tokenizer, native.load(), context_length(embedded.model))
-        sweep = run_sweep(embedded, [wemask_axis([None])], native, prepared, settings, 8)
+        sweep = run_sweep(TransformersEngine(embedded), [wemask_axis([None])], native, prepared, settings, 8)
         ours.update({r["metric"]: r["value"] for r in sweep.results})
     assert ours["accuracy"] == pytest.approx(theirs["wemask_choice"]["acc,none"], abs=1e-9)
     assert ours["accuracy_norm"] == pytest.approx(theirs["wemask_choice"]["acc_norm,none"], abs=1e-9)

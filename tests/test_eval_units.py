@@ -9,7 +9,8 @@ import pytest
 from conftest import make_tiny_model
 
 from wemask_cli import WeMaskConfig, apply_wemask
-from wemask_cli.eval.scoring import rolling_windows, score_options, token_logprobs
+from wemask_cli.engines.transformers_forward import score_options, token_logprobs
+from wemask_cli.eval.scoring import rolling_windows
 from wemask_cli.eval.stats import Metric, mean_se, paired_delta, proportion, summarize
 
 

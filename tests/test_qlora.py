@@ -14,6 +14,7 @@ import torch
 from conftest import run_main
 
 from wemask_cli.commands.infer import GenerationSettings, run_infer
+from wemask_cli.engines.transformers import TransformersEngine
 from wemask_cli.errors import WeMaskError
 from wemask_cli.method.mask import masked_layers, remove_wemask
 from wemask_cli.models import RECORDED, LoadedModel, load_model
@@ -118,7 +119,7 @@ def test_a_qlora_run_comes_back_in_infer_as_it_was_trained(monkeypatch, capsys, 
     remove_wemask(model)
     settings = GenerationSettings(max_new_tokens=12)
     loaded = LoadedModel(model=model.eval(), tokenizer=result.trainer.processing_class, source=str(out))
-    trained = run_infer(loaded, [PROMPT], [result.wemask], settings)[0]["completion"]
+    trained = run_infer(TransformersEngine(loaded), [PROMPT], [result.wemask], settings)[0]["completion"]
 
     def infer(*flags: str) -> tuple[str, str]:
         code, _, err = run_main(monkeypatch, capsys, "infer", "--model", str(out), "--prompt", PROMPT, "--max-new-tokens", "12",

@@ -206,10 +206,10 @@ def test_plugin_installs_the_folders_mask_at_load(engine, run_dir):
 
 
 def hf_greedy(embedded, config, encoded) -> list[list[int]]:
-    from wemask_cli.commands.infer import masked
+    from wemask_cli.engines.transformers import TransformersEngine
 
     out = []
-    with masked(embedded.model, config):
+    with TransformersEngine(embedded).use_mask(config):
         for ids in encoded:
             generated = embedded.model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False,
                                                 pad_token_id=embedded.tokenizer.pad_token_id)
@@ -225,7 +225,7 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 def test_greedy_tokens_match_transformers(engine, embedded, rate, capsys):
     """Same greedy tokens as the transformers hooks; where a float32 kernel difference flips a near-tie, the
     log-probabilities of everything before the flip agree within 1e-3 and the two tokens were a near-tie."""
-    from wemask_cli.eval.scoring import token_logprobs
+    from wemask_cli.engines.transformers import TransformersEngine
     from wemask_cli.prompts import encode_left_truncated
 
     config = WeMaskConfig(mask_rate=rate, me_layer=ME_LAYER)
@@ -235,11 +235,10 @@ def test_greedy_tokens_match_transformers(engine, embedded, rate, capsys):
         found = engine.generate_ids(encoded, max_new_tokens=NEW_TOKENS, temperature=0.0, top_p=1.0, seed=0)
         flips = [(i, first_difference(e, f)) for i, (e, f) in enumerate(zip(expected, found)) if e != f]
         sequences = [ids + e for ids, e in zip(encoded, expected)]
-        ours = token_logprobs(engine, sequences, 0)
-    from wemask_cli.commands.infer import masked
-
-    with masked(embedded.model, config) as hf_resolved:
-        theirs = token_logprobs(embedded.model, sequences, embedded.tokenizer.pad_token_id)
+        ours = engine.token_logprobs(sequences)
+    transformers_engine = TransformersEngine(embedded)
+    with transformers_engine.use_mask(config) as hf_resolved:
+        theirs = transformers_engine.token_logprobs(sequences)
     assert resolved.dims == hf_resolved.dims  # the same dims as the transformers hook (None at r = 0)
     for index, (ids, a, b) in enumerate(zip(encoded, ours, theirs)):
         flip = dict(flips).get(index)
@@ -248,7 +247,7 @@ def test_greedy_tokens_match_transformers(engine, embedded, rate, capsys):
     for index, position in flips:  # a flip must be a near-tie under the transformers model
         print(f"r={rate}: prompt {index} first differs at generated token {position}")
         context = torch.tensor([encoded[index] + expected[index][:position]])
-        with masked(embedded.model, config):
+        with transformers_engine.use_mask(config):
             logp = torch.log_softmax(embedded.model(context).logits[0, -1].float(), -1)
         assert logp[expected[index][position]] - logp[found[index][position]] < 1e-3
     assert len(flips) <= 1, flips

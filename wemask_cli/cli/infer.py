@@ -1,76 +1,24 @@
-"""`wemask infer`: flags and console output; the work is in `wemask_cli.commands.infer`."""
+"""`wemask infer`: registered lazily (its --engine help comes from the engine registry, whose plugins load only when
+the command is built); the flags are in infer_flags.py, the work in `wemask_cli.commands.infer`."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Optional
-
 import typer
 
-from ..prompts import PROMPT_FILE_LAYOUTS
 from ..ranks import main_only
-from .options import (
-    BaseQuantizationOpt,
-    DtypeOpt,
-    EngineOpt,
-    LayersOpt,
-    MaskRateOpt,
-    MeLayerOpt,
-    ModelOpt,
-    ReplaceOpt,
-    SelectOpt,
-    StrengthOpt,
-    TokensOpt,
-    TrustRemoteCodeOpt,
-    VllmMemoryOpt,
-)
+
+INFER_HELP = """Generate with and without WeMask; several --mask-rate values are shown side by side (one model load).
+
+Without --mask-rate, the wemask_config.json saved in the model directory is applied, else no mask.
+"""
 
 
-def infer(
-    model: ModelOpt = None,
-    prompt: Annotated[Optional[list[str]], typer.Option("--prompt", "-p", help="A prompt (repeatable).")] = None,
-    input: Annotated[Optional[Path], typer.Option("--input", "-i", help=f"Prompt file: {PROMPT_FILE_LAYOUTS}.")] = None,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write jsonl: input, completion, WeMask settings.")] = None,
-    chat_template: Annotated[bool, typer.Option(help="Apply the model's chat template when it has one.")] = True,
-    max_new_tokens: int = 64,
-    temperature: Annotated[float, typer.Option(help="0 = greedy (default); > 0 samples.")] = 0.0,
-    top_p: float = 1.0,
-    seed: int = 0,
-    batch_size: int = 8,
-    dtype: DtypeOpt = "auto",
-    base_quantization: BaseQuantizationOpt = "recorded",
-    mask_rate: MaskRateOpt = None,
-    me_layer: MeLayerOpt = None,
-    select: SelectOpt = None,
-    layers: LayersOpt = None,
-    strength: StrengthOpt = None,
-    tokens: TokensOpt = None,
-    overwrite: ReplaceOpt = False,
-    engine: EngineOpt = "transformers",
-    vllm_memory: VllmMemoryOpt = None,
-    trust_remote_code: TrustRemoteCodeOpt = False,
-):
-    """Generate with and without WeMask; several --mask-rate values are shown side by side (one model load).
-
-    Without --mask-rate, the wemask_config.json saved in the model directory is applied, else no mask.
-    """
-    from ..commands.infer import GenerationSettings, InferRequest
-    from ..commands.infer import infer as run_infer_command
-    from ..masking import MaskRequest
-    from ..render.common import console, err_console
-    from ..render.infer import completions_table
-
-    request = InferRequest(
-        model=model, mask=MaskRequest.parse(mask_rate, me_layer, select, layers, strength, tokens),
-        settings=GenerationSettings(max_new_tokens, temperature, top_p, seed, batch_size, chat_template), prompts=prompt,
-        input=input, output=output, overwrite=overwrite, dtype=dtype, base_quantization=base_quantization, engine=engine,
-        vllm_memory=vllm_memory, trust_remote_code=trust_remote_code,
-    )
-    records = run_infer_command(request)
-    console.print(completions_table(records))
-    if output:
-        err_console.print(f"Wrote {len(records)} records to {output}")
+def summaries() -> dict[str, str]:
+    return {"infer": INFER_HELP}
 
 
-def register(app: typer.Typer) -> None:
-    app.command()(main_only(infer))  # under a launcher: rank 0 works, the others wait
+def register(app: typer.Typer, name: str) -> None:
+    """`wemask infer` (imports its flags, which load the engine plugins)."""
+    from .infer_flags import infer
+
+    app.command(name, help=INFER_HELP)(main_only(infer))  # under a launcher: rank 0 works, the others wait

@@ -54,7 +54,12 @@ TrustRemoteCodeOpt = Annotated[
     typer.Option("--trust-remote-code", help="Run the Python code the model ships (an auto_map in its config.json), as a run "
                  "trained with it needs; only for a source you trust. Off by default, and never asked on stdin."),
 ]
-EngineOpt = Annotated[
-    str,
-    typer.Option(help="transformers (default: hooks, every feature) | vllm (the same mask in vLLM; needs `pip install wemask-cli[vllm]`)."),
-]
+
+
+def __getattr__(name: str):
+    """`EngineOpt`, built when a command's flags are: its help lists the registered engines (their plugins load)."""
+    if name != "EngineOpt":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from ..commands import engine_help
+
+    return Annotated[str, typer.Option(help=engine_help())]

@@ -3,3 +3,10 @@
 
 Commands import core modules (models, data, prompts, masking, ...) and the method, never each other.
 """
+
+
+def engine_help() -> str:
+    """--engine's help, from the engine registry (torch-free; loads the engine plugins)."""
+    from ..engines.base import engine_help as registered
+
+    return registered()

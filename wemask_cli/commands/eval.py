@@ -36,7 +36,7 @@ class EvalRequest:
     quantize: str | None = None  # e.g. "none,w8a8,w4a4,fp4"
     fp4_block_size: int = 16
     smoothquant: float | None = None
-    engine: str = "transformers"  # or "vllm" (wemask_cli.engines.vllm)
+    engine: str = "transformers"  # an engine's name (wemask_cli.engines.base.ENGINES)
     vllm_memory: float | None = None  # --vllm-memory: GiB of KV cache on CPU, a share of the GPU
     trust_remote_code: bool = False
 
@@ -116,8 +116,8 @@ def quantize_axes(request: EvalRequest, prepared) -> list:
 
 
 @contextmanager
-def _simulated(simulate, scheme: str, options: dict, model):
-    with simulate(model, scheme, **options):
+def _simulated(simulate, scheme: str, options: dict, engine):
+    with simulate(engine.module, scheme, **options):  # an engine supporting quantization holds a transformers model
         yield {"quantize": scheme, **{k: v for k, v in options.items() if k != "calibration"}}
 
 
@@ -142,9 +142,9 @@ def run_eval(request: EvalRequest, plot: Callable[[dict, Path], Path] | None = N
         check_inputs_outside(output, inputs, flag="--output")
     with claim_output_dir(output, overwrite=request.overwrite, kind="eval", flag="--output", created=created) as claim:
         data = task.load()
-        sweep, loaded = evaluate(request, task, data)
+        sweep, engine = evaluate(request, task, data)
         claim.clear()  # --overwrite: the previous output goes only after the data and the model were read
-        prov = provenance(loaded, data.provenance(), started, libraries=task.libraries)
+        prov = provenance(engine, data.provenance(), started, libraries=task.libraries)
         document = metrics_document(task=task.name, primary=task.primary, unit=task.unit, n_examples=len(data), sweep=sweep,
                                     settings=task.settings, seeds_vary=task.seed_note(), prov=prov)
         document["engine"] = request.engine
@@ -157,31 +157,21 @@ def run_eval(request: EvalRequest, plot: Callable[[dict, Path], Path] | None = N
 
 
 def evaluate(request: EvalRequest, task, data):
-    """Load the model, build the sweep's axes, tokenize once, choose the batch size, run every variant."""
-    from .. import models
-    from ..eval.scoring import auto_batch_size
+    """Load the engine, build the sweep's axes, tokenize once, choose the batch size, run every variant."""
+    from ..engines.base import EngineRequest, engine_class
     from ..eval.sweep import run_sweep, wemask_axis
-    from ..method.batch import pad_id_of
-    from ..prompts import context_length
 
-    if request.engine == "vllm":
-        from ..engines.vllm.engine import load_vllm
-        from ..engines.vllm.memory import VllmJob
-
-        with status("Loading model in vLLM..."):
-            loaded, configs = load_vllm(request.model, request.dtype, request.mask, VllmJob(memory=request.vllm_memory))
-    else:
-        with status("Loading model..."):
-            loaded = models.load_model(request.model, dtype=request.dtype, quantization=request.base_quantization,
-                                       pretrained={"trust_remote_code": request.trust_remote_code})
-        configs = request.mask.configs(loaded)
-    prepared = task.prepare(loaded.tokenizer, data, context_length(loaded.model))
+    kind = engine_class(request.engine)
+    with status(kind.loading()):
+        engine, configs = kind.load(EngineRequest(request.model, request.dtype, request.mask, request.base_quantization,
+                                                  request.trust_remote_code, memory=request.vllm_memory))
+    prepared = task.prepare(engine.tokenizer, data, engine.context_length())
     axes = [wemask_axis(configs)] + quantize_axes(request, prepared)
     settings = task.settings
     batch_size = settings.batch_size
     if batch_size == "auto" and task.auto_batch:
         with status("Finding the largest batch that fits (--batch-size auto)..."):
-            batch_size = auto_batch_size(loaded.model, prepared.longest, prepared.units, pad_id_of(loaded.tokenizer))
+            batch_size = engine.fit_batch_size(prepared.longest, prepared.units)
         say(f"--batch-size auto: {batch_size}")
         task.settings = settings = _with_batch(settings, batch_size)
     variants = 1
@@ -190,25 +180,22 @@ def evaluate(request: EvalRequest, task, data):
     unit = task.data_unit or task.unit
     say(f"{task.name} on {data.where}{task.reader_note(data)}: {len(data)} {unit}, {variants} setting(s) x {settings.seeds} "
         f"seed(s); seeds vary {task.seed_note()}")
-    sweep = run_sweep(loaded, axes, task, prepared, settings, batch_size)
+    sweep = run_sweep(engine, axes, task, prepared, settings, batch_size)
     for row in sweep.results:
         row["engine"] = request.engine
-    return sweep, loaded
+    return sweep, engine
 
 
 def check_engine(request: EvalRequest, task) -> None:
-    """--engine: a known engine, and what the vLLM engine cannot run, in one line before anything loads."""
-    from ..engines import ENGINES
+    """--engine: a known engine with the features the task and the flags need (its declaration), in one line before
+    anything loads."""
+    from ..engines.base import engine_class
 
-    if request.engine not in ENGINES:
-        raise WeMaskError(f"--engine {request.engine!r} is unknown: use one of {', '.join(ENGINES)}")
-    if request.engine not in task.engines:
-        label = "--" + task.selector.replace("_", "-") if task.selector else f"the {task.name} task"
-        raise WeMaskError(f"{label} runs through the {task.engines[0]} model: use --engine {task.engines[0]}")
-    if request.engine == "transformers":
-        return
+    engine = engine_class(request.engine)
+    for feature in sorted(task.needs):
+        engine.require(feature, flag="--" + task.selector.replace("_", "-") if task.selector else f"the {task.name} task")
     if request.quantize is not None:
-        raise WeMaskError("--quantize simulates quantization on the transformers model's weights: use --engine transformers")
+        engine.require("quantization")
 
 
 def _with_batch(settings: EvalSettings, batch_size: int) -> EvalSettings:

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engines import ENGINES, engine_of
+from ..engines.base import EngineRequest, engine_class
 from ..errors import WeMaskError
 from ..finite import check_temperature
 from ..method.config import WeMaskConfig
 from ..outputs import atomic_write_text, dumps_strict
-from ..prompts import context_length, encode_left_truncated, read_prompt_file, warn_truncated
+from ..prompts import encode_left_truncated, read_prompt_file, warn_truncated
 
 
 @dataclass
@@ -45,29 +44,28 @@ def read_prompts(prompts: list[str] | None, input_file: Path | None) -> list[str
     return read_prompt_file(input_file, "--input")
 
 
-def generate(model, tokenizer, prompts: list, settings: GenerationSettings) -> tuple[list[str], list[int]]:
+def generate(engine, prompts: list, settings: GenerationSettings) -> tuple[list[str], list[int]]:
     """Batched generation (engines.generation.generate), greedy unless a temperature is given; prompts longer than
     the model's context (less --max-new-tokens) are cut from the left. Returns the completions and each prompt's cut."""
     from ..engines.generation import generate as generate_batches
 
-    positions = context_length(model)
+    tokenizer, positions = engine.tokenizer, engine.context_length()
     limit = None if positions is None else positions - settings.max_new_tokens
     if limit is not None and limit < 1:
         raise WeMaskError(f"--max-new-tokens {settings.max_new_tokens} leaves no room for a prompt in the model's {positions} positions")
     encoded, _, cuts = encode_left_truncated(tokenizer, prompts, settings.chat_template, limit)
-    completions = generate_batches(model, tokenizer, encoded, max_new_tokens=settings.max_new_tokens,
+    completions = generate_batches(engine, tokenizer, encoded, max_new_tokens=settings.max_new_tokens,
                                    temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed,
                                    batch_size=settings.batch_size)
     return completions, cuts
 
 
-def run_infer(loaded, prompts: list, configs: list[WeMaskConfig | None], settings: GenerationSettings) -> list[dict]:
-    """Generate once per config (None: no mask) with one loaded model; one record per prompt and config."""
+def run_infer(engine, prompts: list, configs: list[WeMaskConfig | None], settings: GenerationSettings) -> list[dict]:
+    """Generate once per config (None: no mask) on one loaded engine; one record per prompt and config."""
     records, cuts = [], []
-    engine = engine_of(loaded.model)
     for config in configs:
-        with masked(loaded.model, config) as resolved:
-            completions, cuts = generate(loaded.model, loaded.tokenizer, prompts, settings)
+        with engine.use_mask(config) as resolved:
+            completions, cuts = generate(engine, prompts, settings)
         for prompt, completion, cut in zip(prompts, completions, cuts):
             records.append(
                 {
@@ -76,61 +74,25 @@ def run_infer(loaded, prompts: list, configs: list[WeMaskConfig | None], setting
                     "mask_rate": resolved.mask_rate if resolved else 0.0,
                     "wemask": resolved.to_dict() if resolved else None,
                     "truncated": cut > 0,
-                    "engine": engine,
+                    "engine": engine.name,
                 }
             )
-    limit = context_length(loaded.model)
+    limit = engine.context_length()
     if limit is not None:
         warn_truncated(cuts, limit - settings.max_new_tokens, f"the model's {limit} positions minus --max-new-tokens {settings.max_new_tokens}")
     return records
 
 
-@contextmanager
-def masked(model, config: WeMaskConfig | None):
-    """Install `config` (None: no mask) for a block; yields the resolved config (dims recorded), or None."""
-    if engine_of(model) != "transformers":
-        with model.use_mask(config) as resolved:
-            yield resolved
-        return
-    if config is None:
-        yield None
-        return
-    from ..method.mask import apply_wemask
-
-    handle = apply_wemask(model, config)
-    try:
-        yield handle.config
-    finally:
-        handle.remove()
-
-
-def load_for_infer(model: str | None, dtype: str, request, engine: str = "transformers", job=None, base_quantization: str = "recorded",
-                   trust_remote_code: bool = False):
-    """(LoadedModel, the WeMask configs to run) on the chosen engine; vLLM checks what it cannot run first and
-    sizes its memory for `job` (engines.vllm.memory.VllmJob)."""
-    if engine not in ENGINES:
-        raise WeMaskError(f"--engine {engine!r} is unknown: use one of {', '.join(ENGINES)}")
-    if engine == "vllm":
-        from ..engines.vllm.engine import load_vllm
-
-        return load_vllm(model, dtype, request, job)
-    from ..models import load_model
-
-    loaded = load_model(model, dtype=dtype, quantization=base_quantization, pretrained={"trust_remote_code": trust_remote_code})
-    return loaded, request.configs(loaded)
-
-
-def vllm_job(request, prompts: list):
-    """What vLLM must hold at once for this command: --batch-size sequences of the longest prompt (its characters,
-    at least its tokens) plus --max-new-tokens. None for the transformers engine."""
-    if request.engine != "vllm":
-        return None
-    from ..engines.vllm.memory import VllmJob
-
-    longest = max(len(json.dumps(prompt)) for prompt in prompts)
+def load_for_infer(request: InferRequest, prompts: list):
+    """(the loaded engine, the WeMask configs to run), sized for the job: --batch-size sequences at once of the
+    longest prompt (its characters, at least its tokens) plus --max-new-tokens."""
     settings = request.settings
-    return VllmJob(memory=request.vllm_memory, sequences=min(settings.batch_size, len(prompts)),
-                   tokens=longest + settings.max_new_tokens)
+    longest = max(len(json.dumps(prompt)) for prompt in prompts)
+    engine = engine_class(request.engine)
+    return engine.load(EngineRequest(
+        request.model, request.dtype, request.mask, request.base_quantization, request.trust_remote_code,
+        memory=request.vllm_memory, sequences=min(settings.batch_size, len(prompts)), tokens=longest + settings.max_new_tokens,
+    ))
 
 
 def write_jsonl(records: list[dict], path: Path) -> Path:
@@ -168,12 +130,10 @@ def infer(request: InferRequest) -> list[dict]:
         inputs = [*model_inputs(request.model), ("--input", request.input)]
         check_output_file(request.output, overwrite=request.overwrite, flag="--output", inputs=inputs)
     prompts = read_prompts(request.prompts, request.input)
-    engine = request.engine
-    with status("Loading model..." if engine == "transformers" else f"Loading model in {engine}..."):
-        loaded, configs = load_for_infer(request.model, request.dtype, request.mask, engine, vllm_job(request, prompts),
-                                         request.base_quantization, request.trust_remote_code)  # torch: once inputs are good
+    with status(engine_class(request.engine).loading()):
+        engine, configs = load_for_infer(request, prompts)  # torch: once inputs are good
     with status(f"Generating {len(prompts)} prompt(s) x {len(configs)} setting(s)..."):
-        records = run_infer(loaded, prompts, configs, request.settings)
+        records = run_infer(engine, prompts, configs, request.settings)
     if request.output:
         write_jsonl(records, request.output)
     return records

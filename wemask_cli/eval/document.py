@@ -36,16 +36,17 @@ from .stats import summarize
 SCHEMA = "wemask-metrics/1"
 
 
-def provenance(loaded, data_info: dict, started: float, libraries: tuple[str, ...] = ()) -> dict:
-    """Library versions, model path, revision and the saved remedies it carries (re-applied), tokenizer BOS/EOS and chat-template hash, data, command, times."""
-    tokenizer = loaded.tokenizer
+def provenance(engine, data_info: dict, started: float, libraries: tuple[str, ...] = ()) -> dict:
+    """Library versions, model path, revision and the saved remedies it carries (re-applied), tokenizer BOS/EOS and
+    chat-template hash, data, command, times; of a loaded engine (engines/base.py)."""
+    tokenizer = engine.tokenizer
     template = getattr(tokenizer, "chat_template", None)
     return {
-        "versions": {**library_versions(EVAL_LIBRARIES + libraries), **getattr(loaded.model, "engine_versions", {})},  # an engine adds its own
-        "model": {"path": loaded.source, "revision": snapshot_revision(loaded.source),
-                  "dtype": str(getattr(loaded.model, "dtype", "")).removeprefix("torch.") or None,
-                  "interventions": [c.to_dict() for c in loaded.installed.configs] if loaded.installed else [],
-                  "trained": training_summary(loaded.source)},
+        "versions": {**library_versions(EVAL_LIBRARIES + libraries), **engine.versions},  # an engine adds its own
+        "model": {"path": engine.source, "revision": snapshot_revision(engine.source),
+                  "dtype": str(engine.dtype or "").removeprefix("torch.") or None,
+                  "interventions": [c.to_dict() for c in engine.installed.configs] if engine.installed else [],
+                  "trained": training_summary(engine.source)},
         "tokenizer": {"bos_token": tokenizer.bos_token, "bos_token_id": tokenizer.bos_token_id,
                       "eos_token": tokenizer.eos_token, "eos_token_id": tokenizer.eos_token_id,
                       "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest() if isinstance(template, str) else None},

@@ -2,7 +2,7 @@
 
 An *axis* is one dimension of the sweep (the mask rate; later the quantization): a name, its settings, and the
 reference setting that paired changes are measured against. A *setting* labels result rows and applies itself
-to the model as a context manager, removing exactly what it installed on exit. A *variant* is one setting per
+to the engine (engines/base.py) as a context manager, removing exactly what it installed on exit. A *variant* is one setting per
 axis, applied together (the first axis outermost). To add an axis, build an `Axis` (see `wemask_axis`, and
 `wemask_cli.eval.quantize`) and pass it to `run_sweep` with the others.
 
@@ -26,7 +26,7 @@ from .stats import Metric, paired_delta
 
 @dataclass
 class Setting:
-    """One value on one axis: `labels` for the result rows (they must include the axis name), and `apply(model)`,
+    """One value on one axis: `labels` for the result rows (they must include the axis name), and `apply(engine)`,
     a context manager that installs the setting and yields a JSON-able record of what it installed (or None)."""
 
     labels: dict[str, Any]
@@ -63,30 +63,23 @@ def wemask_axis(configs: list) -> Axis:
 
 
 def wemask_setting(config) -> Setting:
-    """A WeMaskConfig (None: no mask) as a sweep setting, installed through the WeMask intervention."""
+    """A WeMaskConfig (None: no mask) as a sweep setting, installed by the engine's `use_mask`."""
     from contextlib import contextmanager, nullcontext
 
     if config is None:
-        return Setting({"mask_rate": 0.0, "mode": "none", "me_layer": None}, lambda model: nullcontext(None))
+        return Setting({"mask_rate": 0.0, "mode": "none", "me_layer": None}, lambda engine: nullcontext(None))
 
     @contextmanager
-    def apply(model):
-        from ..engines import engine_of
-        from ..interventions.wemask import WeMask
-
-        if engine_of(model) != "transformers":  # an engine installs the same mask its own way (engines/)
-            with model.use_mask(config) as resolved:
-                yield resolved.to_dict()
-            return
-        with WeMask(config).install(model) as installed:  # removes exactly the hooks it installed
-            yield installed.config.config.to_dict()  # the resolved config, with the dims chosen per layer
+    def apply(engine):
+        with engine.use_mask(config) as resolved:  # removes exactly what it installed
+            yield resolved.to_dict()  # the resolved config, with the dims chosen per layer
 
     return Setting({"mask_rate": config.mask_rate, "mode": config.mode or "free", "me_layer": config.me_layer}, apply)
 
 
-def run_sweep(loaded, axes: list[Axis], task, prepared, settings: EvalSettings, batch_size: int) -> SweepResult:
-    """Evaluate every variant x seed with `task` on its `prepared` work; paired changes for every reference axis."""
-    model, tokenizer = loaded.model, loaded.tokenizer
+def run_sweep(engine, axes: list[Axis], task, prepared, settings: EvalSettings, batch_size: int) -> SweepResult:
+    """Evaluate every variant x seed with `task` on its `prepared` work on the loaded `engine`; paired changes for
+    every reference axis."""
     results, records, items = [], [], {}
     applied: dict[str, dict] = {axis.record_key: {} for axis in axes if axis.record_key}
     labels = list(dict.fromkeys(key for axis in axes for setting in axis.settings for key in setting.labels))
@@ -94,13 +87,13 @@ def run_sweep(loaded, axes: list[Axis], task, prepared, settings: EvalSettings, 
         variant = {k: v for _, setting in combo for k, v in setting.labels.items()}
         with ExitStack() as stack:
             for axis, (index, setting) in zip(axes, combo):
-                record = stack.enter_context(setting.apply(model))
+                record = stack.enter_context(setting.apply(engine))
                 if axis.record_key:
                     applied[axis.record_key][index] = record
             for seed in range(settings.seeds):
                 description = describe(variant, task.name, seed if settings.seeds > 1 else None)
                 with progress_task(description, prepared.units) as advance:
-                    scored = task.evaluate(model, tokenizer, prepared, seed, batch_size, advance)
+                    scored = task.evaluate(engine, engine.tokenizer, prepared, seed, batch_size, advance)
                 for metric, value in scored.metrics.items():
                     n = scored.n.get(metric) if isinstance(scored.n, dict) else scored.n
                     results.append({**variant, "seed": seed, "metric": metric, "value": value.value, "se": value.se, "n": n})

@@ -7,20 +7,23 @@
 `install_wemask(model, config)` works on any loaded vLLM model object (torch only); the general plugin
 (`plugin.register`, entry point group vllm.general_plugins) installs a run folder's saved mask in the vLLM
 processes that serve it (inert otherwise); `memory` sizes vLLM's memory for the job; `engine.VllmEngine` runs
-generation and prompt log-probabilities for `wemask infer/eval --engine vllm`.
+generation and prompt log-probabilities for `wemask infer/eval --engine vllm` (the Engine protocol, engines/base.py).
 """
 
-from .mask import (
-    SUPPORTED_ARCHITECTURES,
-    InstalledMask,
-    VllmEngineError,
-    current_mask,
-    install_wemask,
-    remove_wemask,
-)
-from .support import install_from_folder, saved_wemask_for_vllm
+# the public names, imported when first used: importing the package (engine.py, listed by the engine registry for
+# `wemask infer --help`) imports no torch
+MASK_NAMES = ("InstalledMask", "SUPPORTED_ARCHITECTURES", "VllmEngineError", "current_mask", "install_wemask", "remove_wemask")
+SUPPORT_NAMES = ("install_from_folder", "saved_wemask_for_vllm")
+__all__ = sorted(MASK_NAMES + SUPPORT_NAMES)
 
-__all__ = [
-    "InstalledMask", "SUPPORTED_ARCHITECTURES", "VllmEngineError", "current_mask", "install_from_folder",
-    "install_wemask", "remove_wemask", "saved_wemask_for_vllm",
-]  # fmt: skip
+
+def __getattr__(name: str):
+    if name in MASK_NAMES:
+        from . import mask
+
+        return getattr(mask, name)
+    if name in SUPPORT_NAMES:
+        from . import support
+
+        return getattr(support, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,10 +1,10 @@
-"""`--engine vllm`: a vLLM engine in this process, with the calls `wemask infer` and `wemask eval` make.
+"""`--engine vllm`: a vLLM engine in this process, answering the Engine protocol (engines/base.py).
 
-`load_vllm()` checks everything it can before any model loads (vLLM present, the folder's saved remedies and
-mask, the architecture, the flags), resolves the mask configs, then starts vLLM. The engine object stands where
-a transformers model stands elsewhere (`LoadedModel.model`): `use_mask(config)` installs a WeMask for the
-duration of a block, `token_logprobs` scores prompts (vLLM prompt log-probabilities), `generate_ids` generates.
-Everything runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so the mask can change between settings.
+`VllmEngine.load` checks everything it can before any model loads (vLLM present, the folder's saved remedies and
+mask, the architecture, the flags), resolves the mask configs, then starts vLLM: `use_mask(config)` installs a
+WeMask for the duration of a block, `token_logprobs` scores prompts (vLLM prompt log-probabilities),
+`generate_ids` generates. Everything runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so the mask can
+change between settings. Importing this module imports neither torch nor vllm (the engine registry lists it).
 """
 
 from __future__ import annotations
@@ -13,24 +13,25 @@ import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from types import SimpleNamespace
 
 from ...method.config import WeMaskConfig
-from .mask import VllmEngineError, check_config, current_mask, install_wemask
-from .memory import VllmJob, engine_memory, memory_override, start_errors
+from ..base import ENGINES, Engine, EngineRequest
+from .memory import DEFAULT_SEQUENCES, VllmJob
 from .plugin import ARM_VARIABLE, activate
-from .support import check_folder_architecture, folder_config, require_finite_folder, require_vllm, saved_wemask_for_vllm, warn_version_once
-
-ENGINE = "vllm"
 
 
-class VllmEngine:
+@ENGINES.register
+class VllmEngine(Engine):
     """One vLLM `LLM` over a model folder, armed for WeMask (the mask changes in place, also when compiled)."""
 
-    engine_name = ENGINE
+    name = "vllm"
+    summary = "the same mask in vLLM; needs `pip install wemask-cli[vllm]`"
 
     def __init__(self, source: str, dtype: str, seed: int = 0, enforce_eager: bool | None = None,
                  job: VllmJob | None = None):
+        from .memory import engine_memory, memory_override, start_errors
+        from .support import folder_config, require_vllm
+
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # apply_model runs our functions in-process
         os.environ[ARM_VARIABLE] = "1"
         vllm = require_vllm()
@@ -44,14 +45,25 @@ class VllmEngine:
         with memory_override(memory), start_errors(source):
             self.llm = vllm.LLM(model=source, dtype=dtype, seed=seed, enforce_eager=enforce_eager, **memory)
         model_config = self.llm.llm_engine.model_config
-        self.config = SimpleNamespace(max_position_embeddings=model_config.max_model_len)
-        self.dtype = model_config.dtype
-        self.engine_versions = {"vllm": vllm.__version__}  # recorded in eval provenance
+        self.max_model_len, self.dtype = model_config.max_model_len, model_config.dtype
+        self.versions = {"vllm": vllm.__version__}  # recorded in eval provenance
+        self.source = source
         self.current: WeMaskConfig | None = None
         self.check_saved_mask(source)
 
+    @classmethod
+    def load(cls, request: EngineRequest) -> tuple[Engine, list]:
+        job = VllmJob(request.memory, request.sequences or DEFAULT_SEQUENCES, request.tokens)
+        return load_vllm(request.model, request.dtype, request.mask, job)
+
+    def context_length(self) -> int | None:
+        return self.max_model_len
+
     def check_saved_mask(self, source: str) -> None:
         """The folder's saved mask is what the engine holds (a loader the plugin missed would serve it unmasked)."""
+        from .mask import VllmEngineError, current_mask
+        from .support import saved_wemask_for_vllm
+
         saved = saved_wemask_for_vllm(source)
         if saved is None or not saved.active:
             return
@@ -64,6 +76,8 @@ class VllmEngine:
 
     def install(self, config: WeMaskConfig | None) -> WeMaskConfig | None:
         """Install `config` (None: no mask) in every worker; cached prefixes computed under another mask are dropped."""
+        from .mask import install_wemask
+
         installed = self.llm.apply_model(lambda model: install_wemask(model, config))[0]
         self.llm.reset_prefix_cache()
         self.current = installed.config if config is not None else None
@@ -92,8 +106,9 @@ class VllmEngine:
         return scores
 
     def generate_ids(self, encoded: list[list[int]], *, max_new_tokens: int, temperature: float, top_p: float,
-                     seed: int) -> list[list[int]]:
-        """New token ids per prompt: greedy at temperature 0, else sampled with a per-prompt seed."""
+                     seed: int, batch_size: int = 8, advance=None) -> list[list[int]]:
+        """New token ids per prompt, all prompts at once (vLLM schedules its own batches): greedy at temperature 0
+        (the transformers engine's tokens), else sampled with a per-prompt seed."""
         from vllm import SamplingParams, TokensPrompt
 
         sampling = temperature > 0
@@ -104,11 +119,16 @@ class VllmEngine:
             for index in range(len(encoded))
         ]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(ids)) for ids in encoded], params, use_tqdm=False)
+        if advance:
+            advance(len(encoded))
         return [list(output.outputs[0].token_ids) for output in outputs]
 
 
 def check_request(request, source: str) -> WeMaskConfig | None:
     """Before any model loads: the folder's saved mask and remedies, the flags. Returns the saved mask."""
+    from .mask import VllmEngineError, check_config
+    from .support import check_folder_architecture, saved_wemask_for_vllm
+
     if (Path(source) / "adapter_config.json").is_file():
         raise VllmEngineError(
             f"{source} is a LoRA adapter folder: the vLLM engine loads full model folders; merge the adapter into "
@@ -132,10 +152,12 @@ def vllm_dtype(dtype: str) -> str:
     return dtype
 
 
-def load_vllm(spec: str | None, dtype: str, request, job: VllmJob | None = None):
-    """(LoadedModel whose model is a VllmEngine, the mask configs to run). `--me-layer auto` locates the ME layer
-    with the transformers model first (cached per model), which is freed before vLLM starts."""
+def load_vllm(spec: str | None, dtype: str, request, job: VllmJob | None = None) -> tuple[VllmEngine, list]:
+    """(the started VllmEngine, the mask configs to run). `--me-layer auto` locates the ME layer with the
+    transformers model first (cached per model), which is freed before vLLM starts."""
     from ...models import LoadedModel, load_model, load_tokenizer, resolve_dtype, resolve_source, saved_run
+    from .mask import check_config
+    from .support import require_finite_folder, require_vllm, warn_version_once
 
     require_vllm()  # before the embedded model is converted or anything is read
     warn_version_once()
@@ -154,7 +176,8 @@ def load_vllm(spec: str | None, dtype: str, request, job: VllmJob | None = None)
     plain = None
     free_locate_model()
     engine = VllmEngine(source, vllm_dtype(dtype), job=job)
-    return LoadedModel(model=engine, tokenizer=tokenizer, source=source, saved=saved_run(source)), configs
+    engine.tokenizer, engine.saved = tokenizer, saved_run(source)  # wemask encodes; vLLM gets token ids
+    return engine, configs
 
 
 def free_locate_model() -> None:

@@ -4,7 +4,9 @@ A task is one class: its defaults as class attributes, `load` (read and check th
 loads), `prepare` (tokenize once, on the loaded model's tokenizer) and `evaluate` (score one variant of the model:
 metrics, the number of units, per-unit records). It declares what the rest of `wemask eval` reads: the shared flags
 it accepts (`flags`, of TASK_FLAGS), its own flags (`options`, TaskFlags: `wemask eval` derives them, their values
-are `settings.option(dest)`), column roles (`columns`), unit label, primary metric, engines. Register it with
+are `settings.option(dest)`), column roles (`columns`), unit label, primary metric, the engine features it needs
+(`needs`). `evaluate` gets the engine (engines/base.py: `token_logprobs`, `score_options`, `generate_ids`),
+whichever it is. Register it with
 `@register` (tasks/registry.py): a built-in module listed in registry.BUILTIN, or a plugin module named under the
 entry-point group `wemask.eval_tasks`."""
 
@@ -94,7 +96,7 @@ class Task:
     options: ClassVar[tuple[TaskFlag, ...]] = ()  # its own flags (no other task's), read with settings.option(dest)
     columns: ClassVar[dict[str, tuple[str, ...]]] = {}  # column role -> names tried in order without its --*-field
     default_window: ClassVar[int | None] = None  # --window's default, for a task that accepts it
-    engines: ClassVar[tuple[str, ...]] = ("transformers", "vllm")  # the --engine values it runs on
+    needs: ClassVar[frozenset[str]] = frozenset()  # the engine features it needs (engines/base.py FEATURES)
     libraries: ClassVar[tuple[str, ...]] = ()  # more libraries whose versions metrics.json records
     auto_batch: ClassVar[bool] = True  # --batch-size auto is measured on its longest sequence
     selector: ClassVar[str | None] = None  # the dest of one of its options that selects it in place of --task

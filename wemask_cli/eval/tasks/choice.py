@@ -94,11 +94,10 @@ class ChoiceTask(Task):
         return Prepared(units, longest, (data.rows, groups, texts, draws, delimiter, cuts), samples)
 
     def evaluate(self, model, tokenizer, prepared, seed, batch_size, advance) -> Scored:
-        from ...method.batch import pad_id_of
-        from ..scoring import require_finite_scores, score_options
+        from ..scoring import require_finite_scores
 
         rows, groups, texts, draws, delimiter, cuts = prepared.payload
-        scores = score_options(model, groups, pad_id_of(tokenizer), batch_size, advance)
+        scores = model.score_options(groups, batch_size, advance)
         records = []
         for number, (row, sums, text, shots, cut) in enumerate(zip(rows, scores, texts, draws, cuts), 1):
             require_finite_scores(sums, f"question {number} ({row['question'][:60]!r})")

@@ -61,7 +61,7 @@ class LmEvalTask(Task):
     primary = ""
     bundled = ""
     data_unit = "task(s)"
-    engines = ("transformers",)
+    needs = frozenset({"module"})  # HFLM drives the engine's transformers model
     libraries = ("lm-eval",)
     auto_batch = False
     options = (
@@ -161,7 +161,7 @@ class LmEvalTask(Task):
 
         s = self.settings
         if self.lm is None:
-            self.lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=s.batch_size)
+            self.lm = HFLM(pretrained=model.module, tokenizer=tokenizer, batch_size=s.batch_size)
         chat = bool(s.chat_template)
         with quiet_git_hash():
             out = lm_eval.simple_evaluate(

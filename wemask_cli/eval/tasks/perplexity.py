@@ -72,11 +72,10 @@ class PerplexityTask(Task):
         return Prepared(len(windows), longest, (windows, docs, data.texts), [w.sequence[:-1] for w in windows[:CALIBRATION]])
 
     def evaluate(self, model, tokenizer, prepared, seed, batch_size, advance) -> Scored:
-        from ...method.batch import pad_id_of
         from ..scoring import require_finite_scores, score_windows
 
         windows, docs, texts = prepared.payload
-        sums = score_windows(model, [(w.sequence, w.first) for w in windows], pad_id_of(tokenizer), batch_size, advance)
+        sums = score_windows(model, [(w.sequence, w.first) for w in windows], batch_size, advance)
         for index, total in enumerate(sums):
             require_finite_scores([total], f"perplexity window {index} (document {windows[index].doc})")
         nll, tokens = -sum(sums), sum(w.scored for w in windows)
