@@ -98,7 +98,7 @@ def test_a_feature_the_plugin_engine_does_not_declare_is_refused_in_one_line(sit
 
 
 def test_an_engine_is_checked_against_the_base_and_its_declared_features():
-    with pytest.raises(RegistryError, match="is not a Engine"):
+    with pytest.raises(RegistryError, match="is registered as an engine but is not an Engine$"):
         ENGINES.register(type("Stray", (), {"name": "stray"}))
     with pytest.raises(RegistryError, match=r"the engine 'warp' declares unknown features \['teleport'\]"):
         ENGINES.register(type("Warp", (Engine,), {"name": "warp", "supports": frozenset({"teleport"})}))
