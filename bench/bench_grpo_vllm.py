@@ -31,7 +31,7 @@ def build(tmp: str):
 
     from wemask_cli.data import load_training_data
     from wemask_cli.engines.vllm.colocate import colocated_engine, mask_rollouts
-    from wemask_cli.models import load_model
+    from wemask_cli.models.loading import load_model
     from wemask_cli.rewards import format_reward
     from wemask_cli.train.grpo import prepare_dataset
     from wemask_cli.train.resolve import hardware_defaults

@@ -11,7 +11,7 @@ import time
 import torch
 
 from wemask_cli import WeMaskConfig, apply_wemask, remove_wemask
-from wemask_cli.models import load_model
+from wemask_cli.models.loading import load_model
 
 CONFIG = WeMaskConfig(mask_rate=0.3, me_layer=11)
 

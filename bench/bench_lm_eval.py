@@ -49,7 +49,8 @@ def run() -> dict:
     from wemask_cli.eval.scoring import max_positions
     from wemask_cli.eval.settings import EvalSettings
     from wemask_cli.eval.tasks import ChoiceTask, resolve
-    from wemask_cli.models import embedded_model_dir, load_model
+    from wemask_cli.models import embedded_model_dir
+    from wemask_cli.models.loading import load_model
 
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its notes on YAML defaults
     loaded = load_model(str(embedded_model_dir()), dtype="float32")

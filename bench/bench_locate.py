@@ -23,8 +23,8 @@ import torch
 
 from wemask_cli.commands.locate import load_prompts
 from wemask_cli.method import locate as method
-from wemask_cli.models import load_model
-from wemask_cli.prompts import encode
+from wemask_cli.models.loading import load_model
+from wemask_cli.prompts.rendering import encode
 
 BATCH = 8
 MAX_LENGTH = 256

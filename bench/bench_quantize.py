@@ -16,7 +16,7 @@ import torch
 from wemask_cli import resources
 from wemask_cli.eval.quantize import simulate
 from wemask_cli.eval.scoring import pad_id_of, prefix_token_id, rolling_windows, score_windows
-from wemask_cli.models import load_model
+from wemask_cli.models.loading import load_model
 
 SCHEMES = ("w4a4", "fp4")
 WINDOWS, WINDOW, REPEATS = 8, 256, 3

@@ -16,7 +16,7 @@ import torch
 from wemask_cli.interventions import install_all
 from wemask_cli.interventions.gated_norm import GatedNorm
 from wemask_cli.method.config import WeMaskConfig
-from wemask_cli.models import load_model
+from wemask_cli.models.loading import load_model
 
 GATED_NORM = GatedNorm(norms="both", rank=16, layers="all")
 FIRST = WeMaskConfig(mask_rate=0.3, me_layer=11, tokens="first")

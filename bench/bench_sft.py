@@ -25,7 +25,7 @@ def build_trainer(tmp: str):
     from trl import SFTConfig, SFTTrainer
 
     from wemask_cli.data import load_training_data
-    from wemask_cli.models import load_model
+    from wemask_cli.models.loading import load_model
     from wemask_cli.train.resolve import hardware_defaults
 
     loaded = load_model(None, dtype="float32")

@@ -49,7 +49,7 @@ def vllm_throughput(llm, prompts, masked: bool) -> tuple[float, float]:
 def transformers_throughput(prompts) -> float:
     import torch
 
-    from wemask_cli.models import load_model
+    from wemask_cli.models.loading import load_model
 
     loaded = load_model(None, dtype="float32")
     tokenizer = loaded.tokenizer

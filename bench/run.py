@@ -31,7 +31,7 @@ LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "vllm", "lm-e
 
 def measured(name: str) -> dict:
     """When, where and with what a benchmark ran, and the command that runs it again."""
-    from wemask_cli.versions import library_versions
+    from wemask_cli.runtime.versions import library_versions
 
     cpu = platform.processor() or platform.machine()
     return {

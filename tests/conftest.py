@@ -144,7 +144,7 @@ def embedded_dir() -> str:
 
 @pytest.fixture(scope="session")
 def embedded(embedded_dir):
-    from wemask_cli.models import load_model
+    from wemask_cli.models.loading import load_model
 
     return load_model(embedded_dir, dtype="float32")
 

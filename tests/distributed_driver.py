@@ -21,7 +21,7 @@ from pathlib import Path
 
 def holdings(model) -> dict:
     """The embedding's global and local shapes on this rank, and the layers masked."""
-    from wemask_cli.method.mask import masked_layers
+    from wemask_cli.method.wemask_hook import masked_layers
 
     embedding = model.get_input_embeddings().weight
     local = getattr(embedding, "_local_tensor", embedding)

@@ -10,7 +10,7 @@ import sys
 from datetime import date
 from pathlib import Path
 
-from wemask_cli.versions import TESTED_LIBRARIES, library_versions
+from wemask_cli.runtime.versions import TESTED_LIBRARIES, library_versions
 
 RECORD = Path(__file__).resolve().parent.parent / "wemask_cli" / "resources" / "environments.json"
 

@@ -12,9 +12,10 @@ import pytest
 from bos_support import PLAIN_TEMPLATE, write_bos_folder, write_bos_gguf
 from conftest import run_main
 
-from wemask_cli.bos import GGUF_RECORD, adds_bos, gguf_fields
-from wemask_cli.models import converted_gguf_dir, load_model
-from wemask_cli.prompts import encode, encode_left_truncated
+from wemask_cli.models import converted_gguf_dir
+from wemask_cli.models.bos import GGUF_RECORD, adds_bos, gguf_fields
+from wemask_cli.models.loading import load_model
+from wemask_cli.prompts.rendering import encode, encode_left_truncated
 
 BOS_ID = 2
 ROOT = Path(__file__).resolve().parents[1]

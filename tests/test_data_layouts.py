@@ -21,7 +21,7 @@ from wemask_cli.data import (
     read_text_file,
     report_dropped,
 )
-from wemask_cli.errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 
 QUESTION = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many?"
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'

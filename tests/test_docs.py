@@ -93,7 +93,7 @@ def parse_with_the_real_command(args: list[str], where: str) -> None:
         raise AssertionError(f"{where}: `wemask {shlex.join(args)}`: {err.format_message()}") from None
     values = ctx.params
     if "me_layer" in values:  # the mask flags' values, checked as every command checks them before loading
-        from wemask_cli.masking import MaskRequest
+        from wemask_cli.mask_request.flags import MaskRequest
 
         rates = values.get("mask_rate", values.get("mask_rates"))
         MaskRequest.parse(rates, *(values.get(k) for k in ("me_layer", "select", "layers", "strength", "tokens")))

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from conftest import run_main
 
-from wemask_cli.errors import WeMaskError
 from wemask_cli.method.config import WeMaskConfig
-from wemask_cli.method.mask import masked_layers
+from wemask_cli.method.wemask_hook import masked_layers
+from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.train.dpo import DPOStage as stage
 from wemask_cli.train.dpo import split_implicit_prompt
 from wemask_cli.train.options import TrainOptions

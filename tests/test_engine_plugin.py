@@ -15,10 +15,10 @@ from plugin_support import plugin_site, wemask
 from wemask_cli import resources
 from wemask_cli.engines.base import ENGINES, Engine, EngineRequest
 from wemask_cli.engines.transformers import TransformersEngine
-from wemask_cli.errors import WeMaskError
 from wemask_cli.interventions import config_from_dict, save_configs
-from wemask_cli.masking import MaskRequest
-from wemask_cli.registry import RegistryError
+from wemask_cli.mask_request.flags import MaskRequest
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.registry import RegistryError
 
 MASK = ("--mask-rate", "0,1", "--me-layer", "1")
 

@@ -12,7 +12,7 @@ from conftest import run_main
 from packaging.version import Version
 
 from wemask_cli.resources import tested_environments as recorded_environments
-from wemask_cli.versions import TESTED_LIBRARIES, library_versions, which_environment
+from wemask_cli.runtime.versions import TESTED_LIBRARIES, library_versions, which_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes")

@@ -14,7 +14,6 @@ import torch
 from conftest import make_tiny_model, run_main
 
 from wemask_cli import WeMaskConfig, apply_wemask
-from wemask_cli import models as models_module
 from wemask_cli.engines.transformers import TransformersEngine
 from wemask_cli.engines.transformers_forward import score_options
 from wemask_cli.eval.data import EvalData
@@ -22,8 +21,9 @@ from wemask_cli.eval.settings import EvalSettings
 from wemask_cli.eval.tasks import ChoiceTask, PerplexityTask, refusal_match, task_class
 from wemask_cli.eval.tasks.math import grade_math
 from wemask_cli.eval.tasks.resolve import resolve
-from wemask_cli.method.mask import masked_layers
-from wemask_cli.models import LoadedModel
+from wemask_cli.method.wemask_hook import masked_layers
+from wemask_cli.models import loading as models_module
+from wemask_cli.models.loading import LoadedModel
 from wemask_cli.rewards import answers_match, extract_answer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -374,7 +374,7 @@ def test_bad_row_is_reported_with_its_line(monkeypatch, capsys, tiny_model_dir, 
 
 def test_non_finite_logliks_are_an_error_not_a_metric(tiny_tokenizer):
     """A model giving NaN log-likelihoods (its weights overflowed in memory) yields no accuracy or perplexity."""
-    from wemask_cli.errors import WeMaskError
+    from wemask_cli.runtime.errors import WeMaskError
 
     model = make_tiny_model("llama", vocab_size=len(tiny_tokenizer))
     with torch.no_grad():

@@ -10,8 +10,8 @@ from wemask_cli.eval.settings import EvalSettings
 from wemask_cli.eval.sweep import run_sweep, wemask_axis
 from wemask_cli.eval.tasks.registry import task_class
 from wemask_cli.eval.tasks.resolve import resolve
-from wemask_cli.method.mask import masked_layers
-from wemask_cli.prompts import context_length
+from wemask_cli.method.wemask_hook import masked_layers
+from wemask_cli.prompts.rendering import context_length
 
 pytestmark = pytest.mark.embedded
 ME = 11

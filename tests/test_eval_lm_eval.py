@@ -46,7 +46,7 @@ def test_native_choice_and_perplexity_agree_with_lm_eval(embedded, tmp_path):
     from wemask_cli.eval.sweep import run_sweep, wemask_axis
     from wemask_cli.eval.tasks.registry import task_class
     from wemask_cli.eval.tasks.resolve import resolve
-    from wemask_cli.prompts import context_length
+    from wemask_cli.prompts.rendering import context_length
 
     with resources.as_file("eval/choice.jsonl") as choice, resources.as_file("eval/perplexity.txt") as text:
         folder = write_tasks(tmp_path / "tasks", choice, text)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from conftest import run_main
 
-from wemask_cli import models as models_module
 from wemask_cli.eval.data import EvalData
 from wemask_cli.eval.settings import EvalSettings
 from wemask_cli.eval.tasks import ChoiceTask, MathTask
 from wemask_cli.eval.tasks.resolve import resolve
+from wemask_cli.models import loading as models_module
 
 CHOICE_ROWS = [{"question": f"What is {i} plus {i}?", "choices": [str(2 * i), str(2 * i + 1), "no"], "answer": 0} for i in range(8)]
 

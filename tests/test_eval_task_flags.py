@@ -19,7 +19,7 @@ from wemask_cli.eval.quantize.schemes import register as register_scheme
 from wemask_cli.eval.tasks import Task, TaskFlag
 from wemask_cli.eval.tasks.registry import TASKS
 from wemask_cli.interventions.registry import KINDS
-from wemask_cli.registry import RegistryError
+from wemask_cli.runtime.registry import RegistryError
 
 
 @pytest.fixture

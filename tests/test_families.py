@@ -20,9 +20,9 @@ from wemask_cli.interventions.gated_norm import GatedNorm
 from wemask_cli.method import locate as method
 from wemask_cli.method.arch import ARCHITECTURES, resolve_layers, supported_families
 from wemask_cli.method.config import WeMaskConfig
-from wemask_cli.method.mask import apply_wemask
 from wemask_cli.method.metrics import Tokens, concentration, first_minus_rest
 from wemask_cli.method.moe import expert_projections
+from wemask_cli.method.wemask_hook import apply_wemask
 
 IDS = torch.tensor([[5, 17, 42, 9, 33, 71, 8]])
 DIM, OUT, FIRST = 7, 40, 3  # planted: the first token's embedding dim, the dim the expert writes, its token id

@@ -124,7 +124,7 @@ def test_curve_figure_names_the_embedded_model_and_shows_one_point():
 
 def test_locate_figure_layout_and_title(tiny_model_dir):
     from wemask_cli.commands.locate import run_locate
-    from wemask_cli.models import load_model
+    from wemask_cli.models.loading import load_model
 
     loaded = load_model(tiny_model_dir)
     report = run_locate(loaded, ["The quick brown fox jumps.", "def f(x):\n    return x", "1 + 1 = 2"], max_length=16)

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 from conftest import run_main
 
-from wemask_cli.errors import WeMaskError
-from wemask_cli.masking import MaskRequest
+from wemask_cli.mask_request.flags import MaskRequest
+from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.train import fsdp
 
 ROOT = Path(__file__).resolve().parent.parent

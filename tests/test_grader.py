@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-from wemask_cli.errors import WeMaskError
 from wemask_cli.rewards import (
     answers_match,
     format_reward,
@@ -19,6 +18,7 @@ from wemask_cli.rewards import (
     grader,
     math_reward,
 )
+from wemask_cli.runtime.errors import WeMaskError
 
 HOSTILE_BOUND_S = 2.0  # generous for a loaded machine; the measured figures are printed (pytest -s)
 

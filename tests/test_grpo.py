@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from wemask_cli import WeMaskConfig
-from wemask_cli import models as models_module
 from wemask_cli.cli import main
 from wemask_cli.method.arch import resolve_layers
-from wemask_cli.method.mask import masked_layers
+from wemask_cli.method.wemask_hook import masked_layers
+from wemask_cli.models import loading as models_module
 from wemask_cli.train import grpo
 from wemask_cli.train.options import TrainOptions
 from wemask_cli.train.run import run
@@ -322,7 +322,7 @@ def test_check_allows_vllm_in_free_mode_and_without_a_mask(tiny_model_dir):
     def args():
         return GRPOConfig(output_dir="unused", use_cpu=True, bf16=False, use_vllm=True, per_device_train_batch_size=8)
 
-    from wemask_cli.masking import MaskRequest
+    from wemask_cli.mask_request.flags import MaskRequest
     from wemask_cli.train.resolve import Resolved
 
     base = dict(mask_rate="0.3", mode="free", strength=1.0, model=tiny_model_dir, reward=["math", "format:0.5"])

@@ -6,7 +6,7 @@ import huggingface_hub.constants
 import pytest
 from conftest import run_main
 
-from wemask_cli import hub
+from wemask_cli.runtime import hub
 
 
 @pytest.fixture

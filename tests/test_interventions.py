@@ -12,7 +12,6 @@ import pytest
 import torch
 from conftest import make_tiny_model
 
-from wemask_cli.errors import WeMaskError
 from wemask_cli.interventions import (
     INTERVENTIONS_FILE,
     WEIGHTS_FILE,
@@ -28,7 +27,8 @@ from wemask_cli.interventions.gated_norm import GatedNorm
 from wemask_cli.interventions.pre_affine import PreAffine
 from wemask_cli.method.arch import resolve_layers
 from wemask_cli.method.config import CONFIG_NAME, WeMaskConfig
-from wemask_cli.method.mask import masked_layers
+from wemask_cli.method.wemask_hook import masked_layers
+from wemask_cli.runtime.errors import WeMaskError
 
 IDS = torch.tensor([[5, 17, 42, 9, 33, 71, 8]])
 REMEDIES = [GatedNorm(norms="both", rank=4), PreAffine(norms="both"), GatedAttention(rank=4)]

@@ -10,7 +10,7 @@ from wemask_cli.interventions.gated_attention import GatedAttention
 from wemask_cli.interventions.gated_norm import GatedNorm
 from wemask_cli.interventions.pre_affine import PreAffine
 from wemask_cli.method.config import WeMaskConfig
-from wemask_cli.method.mask import apply_wemask
+from wemask_cli.method.wemask_hook import apply_wemask
 
 pytestmark = pytest.mark.embedded
 ME = 11

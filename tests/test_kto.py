@@ -12,9 +12,9 @@ from conftest import run_main
 
 from wemask_cli.data import load_training_data
 from wemask_cli.data.unpaired import UNPAIRED
-from wemask_cli.errors import WeMaskError
 from wemask_cli.method.config import WeMaskConfig
-from wemask_cli.method.mask import masked_layers
+from wemask_cli.method.wemask_hook import masked_layers
+from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.train.kto import KTOStage
 from wemask_cli.train.options import TrainOptions
 from wemask_cli.train.run import run

@@ -10,15 +10,17 @@ Ranks (a module may import its own rank or lower, except as the rules below say)
     5  commands/                  one module per command; never imports another command (its helpers are named
                                   after it: report_settings.py belongs to report.py)
     4  eval/, train/              the machinery of a command family; eval and train never import each other
-    3  engines/                   where a forward runs (vLLM); imported only by commands/, eval/ and train/
-    2  models, bos, gguf_cache, locate_cache, data/, interventions/, prompts, masking, massive, rewards/
+    3  engines/                   where a forward runs (transformers, vLLM); imported only by commands/, eval/, train/
+    2  models/, mask_request/, prompts/, data/, interventions/, rewards/
                                   the building blocks eval and train share
-    1  outputs/, progress, ranks, finite, hub, model_names, resources/, plugins, registry, cache
+    1  outputs/, resources/, runtime/{progress,ranks,finite,hub,plugins,registry,cache_dir}
                                   plumbing with no knowledge of models or data
     0  method/, the package root  the science (torch only); wemask_cli/__init__.py re-exports it lazily
-       compat/, versions          other libraries' internals, each behind a checked name; installed versions
-   -1  errors, atomic             imported by every module (the user-facing error family; atomic writes)
+       compat/, runtime/versions  other libraries' internals, each behind a checked name; installed versions
+   -1  runtime/errors, runtime/atomic (and runtime/__init__)
+                                  imported by every module (the user-facing error family; atomic writes)
 
+A module's rank is that of the longest dotted prefix RANKS names (runtime.progress, else runtime).
 Only cli/, render/ and __main__ import rich, typer or click; render never imports cli. A module without a rank (a
 new top-level module or folder) fails the test until it is given one here. An f-string import counts as an import
 of every module under the package its constant prefix names.
@@ -46,12 +48,11 @@ RANKS = {
     "commands": 5,
     **dict.fromkeys(("eval", "train"), 4),
     "engines": 3,
-    **dict.fromkeys(("models", "bos", "gguf_cache", "locate_cache", "data", "interventions", "prompts", "masking", "massive",
-                     "rewards"), 2),
-    **dict.fromkeys(("outputs", "progress", "ranks", "finite", "hub", "model_names", "resources", "plugins", "registry",
-                     "cache"), 1),
-    **dict.fromkeys(("method", "", "compat", "versions"), 0),
-    **dict.fromkeys(("errors", "atomic"), -1),
+    **dict.fromkeys(("models", "mask_request", "prompts", "data", "interventions", "rewards"), 2),
+    **dict.fromkeys(("outputs", "resources", "runtime.progress", "runtime.ranks", "runtime.finite", "runtime.hub",
+                     "runtime.plugins", "runtime.registry", "runtime.cache_dir"), 1),
+    **dict.fromkeys(("method", "", "compat", "runtime.versions"), 0),
+    **dict.fromkeys(("runtime", "runtime.errors", "runtime.atomic"), -1),
 }
 EDGE = ("cli", "render", "__main__")
 EDGE_ONLY = ("rich", "typer", "click")
@@ -60,16 +61,20 @@ DYNAMIC_IMPORTS = {  # the only modules that may import by a computed name, and 
     "wemask_cli/method/__init__.py": "lazy exports: each name's module comes from the package's own _EXPORTS table",
     "wemask_cli/rewards/loading.py": "the user's reward functions (--reward-funcs FILE.py:fn or MODULE:fn): user code, "
                                      "by the name the user gives",
-    "wemask_cli/registry.py": "an extension point's built-in modules (by the names it lists) and its plugins' entry points",
+    "wemask_cli/runtime/registry.py": "an extension point's built-in modules (by the names it lists) and its plugins' entry points",
     "wemask_cli/train/stage_registry.py": "a stage's 'module:Class', imported only when its command runs (so that "
                                           "`wemask --help` reads the torch-free StageSpec alone)",
 }
 
 
 def rank_key(name: str) -> str:
-    """wemask_cli.eval.quantize -> eval; wemask_cli -> ''."""
-    parts = name.split(".")
-    return parts[1] if len(parts) > 1 else ""
+    """The longest prefix RANKS names: wemask_cli.eval.quantize -> eval, wemask_cli.runtime.ranks -> runtime.ranks,
+    wemask_cli -> ''; an unranked module's top-level name."""
+    parts = name.split(".")[1:]
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in RANKS:
+            return ".".join(parts[:end])
+    return parts[0] if parts else ""
 
 
 def family(name: str) -> str:
@@ -235,19 +240,22 @@ def test_the_audit_sees_the_help_paths_and_every_module():
 # ------------------------------------------------------------------------------------------ the checker itself
 
 PLANTED = {
-    "wemask_cli/__init__.py": "from .errors import WeMaskError\n",
-    "wemask_cli/errors.py": "",
-    "wemask_cli/progress.py": "import wemask_cli.cli.app as app\n",
-    "wemask_cli/models.py": "def load():\n    from .train import stage\n",
+    "wemask_cli/__init__.py": "from .runtime.errors import WeMaskError\n",
+    "wemask_cli/runtime/__init__.py": "",
+    "wemask_cli/runtime/errors.py": "",
+    "wemask_cli/runtime/progress.py": "import wemask_cli.cli.app as app\n",
+    "wemask_cli/models/__init__.py": "",
+    "wemask_cli/models/loading.py": "def load():\n    from ..train import stage\n",
     "wemask_cli/method/__init__.py": "from . import config\n",
     "wemask_cli/method/config.py": "",
     "wemask_cli/commands/__init__.py": "",
     "wemask_cli/commands/locate.py": "from .infer import x\n",
     "wemask_cli/commands/infer.py": "",
     "wemask_cli/commands/report.py": "from .report_settings import keys\n",
-    "wemask_cli/commands/report_settings.py": "from ..errors import WeMaskError\n",
-    "wemask_cli/masking.py": "def f():\n    from .commands.locate import encode\n    import rich.console\nfrom .prompts import x\n",
-    "wemask_cli/prompts.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .masking import MaskRequest\n",
+    "wemask_cli/commands/report_settings.py": "from ..runtime.errors import WeMaskError\n",
+    "wemask_cli/mask_request/__init__.py": "",
+    "wemask_cli/mask_request/flags.py": "def f():\n    from ..commands.locate import encode\n    import rich.console\nfrom ..prompts import x\n",
+    "wemask_cli/prompts/__init__.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..mask_request.flags import MaskRequest\n",
     "wemask_cli/data/__init__.py": "from .. import cli\n",
     "wemask_cli/data/readers.py": "import importlib\nimportlib.import_module('wemask_cli.render.common')\n",
     "wemask_cli/data/columns.py": "__import__('wemask_cli.commands.eval')\n",
@@ -267,7 +275,7 @@ PLANTED = {
     "wemask_cli/render/common.py": "import rich\nfrom ..cli import app\n",
     "wemask_cli/cli/__init__.py": "import typer\nfrom ..commands import locate\napp = 1\n",
     "wemask_cli/newthing.py": "",
-    "wemask_cli/method/mask.py": "from ..progress import say\nimport importlib\nf = importlib.import_module(f'wemask_cli.{1}')\n",
+    "wemask_cli/method/wemask_hook.py": "from ..runtime.progress import say\nimport importlib\nf = importlib.import_module(f'wemask_cli.{1}')\n",
 }
 
 
@@ -275,9 +283,9 @@ def test_the_checker_catches_each_kind_of_violation():
     found = "\n".join(violations(PLANTED))
     expected = [
         "commands/locate.py:1 imports wemask_cli.commands.infer: a command may not import another command",
-        "masking.py:2 imports wemask_cli.commands.locate: masking (rank 2) may not import commands (rank 5)",
-        "masking.py:3 imports rich.console: only cli/, render/ and __main__ may import rich",
-        "models.py:2 imports wemask_cli.train.stage: models (rank 2) may not import train (rank 4)",  # in a function
+        "mask_request/flags.py:2 imports wemask_cli.commands.locate: mask_request (rank 2) may not import commands (rank 5)",
+        "mask_request/flags.py:3 imports rich.console: only cli/, render/ and __main__ may import rich",
+        "models/loading.py:2 imports wemask_cli.train.stage: models (rank 2) may not import train (rank 4)",  # in a function
         "data/__init__.py:1 imports wemask_cli.cli: data (rank 2) may not import cli",  # `from .. import x` in __init__
         "data/readers.py:2 imports wemask_cli.render.common: data (rank 2) may not import render",  # importlib
         "data/columns.py:1 imports wemask_cli.commands.eval: data (rank 2) may not import commands",  # __import__
@@ -290,15 +298,15 @@ def test_the_checker_catches_each_kind_of_violation():
         "render/tasks.py:1 imports wemask_cli.engines.vllm: only commands/, eval/ and train/ import engines/",
         "render/common.py:2 imports wemask_cli.cli: render may not import cli",
         "newthing.py: wemask_cli.newthing has no rank",
-        "method/mask.py:1 imports wemask_cli.progress: method (rank 0) may not import progress (rank 1)",
-        "method/mask.py:3 imports wemask_cli: a dynamic import must name its package",
-        "progress.py:1 imports wemask_cli.cli.app: progress (rank 1) may not import cli (rank 6)",  # plain import
+        "method/wemask_hook.py:1 imports wemask_cli.runtime.progress: method (rank 0) may not import runtime.progress (rank 1)",
+        "method/wemask_hook.py:3 imports wemask_cli: a dynamic import must name its package",
+        "runtime/progress.py:1 imports wemask_cli.cli.app: runtime.progress (rank 1) may not import cli (rank 6)",  # plain
         ("import cycle between wemask_cli.train.run, wemask_cli.train.stage, e.g. wemask_cli/train/run.py:2 -> "
          "wemask_cli.train.stage; wemask_cli/train/stage.py:2 -> wemask_cli.train.run"),
     ]
     missing = [line for line in expected if line not in found]
     assert missing == [], found
-    assert "import cycle between wemask_cli.masking, wemask_cli.prompts" in found  # closed under TYPE_CHECKING
+    assert "import cycle between wemask_cli.mask_request.flags, wemask_cli.prompts" in found  # closed under TYPE_CHECKING
     allowed = ("commands/report.py", "report_settings.py", "train/run.py:1", "cli/__init__.py", "render/common.py:1",
                "method/__init__.py", "wemask_cli/__init__.py")
     assert not [line for line in found.splitlines() if any(a in line.split(" imports")[0] for a in allowed)
@@ -318,12 +326,14 @@ EVASIONS = {
     "wemask_cli/data/folders.py": "import sys\ndef f():\n    return sys.modules['wemask_cli.commands.infer'].run\n",
     "wemask_cli/data/mixture.py": "import importlib\nTARGET = 'wemask_cli.train.run'\nimportlib.import_module(TARGET)\n"
                                   "def f(name):\n    return importlib.import_module(name)\n",
-    "wemask_cli/masking.py": "import click\n",
-    "wemask_cli/prompts.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .bos import Bos\n",
-    "wemask_cli/bos.py": "from .prompts import render\n",
-    "wemask_cli/models.py": "from .interventions.saved import load\n",
+    "wemask_cli/mask_request/__init__.py": "",
+    "wemask_cli/mask_request/flags.py": "import click\n",
+    "wemask_cli/prompts/__init__.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..models.bos import Bos\n",
+    "wemask_cli/models/__init__.py": "",
+    "wemask_cli/models/bos.py": "from ..prompts import render\n",
+    "wemask_cli/models/loading.py": "from ..interventions.saved import load\n",
     "wemask_cli/interventions/__init__.py": "from .registry import register\n",
-    "wemask_cli/interventions/registry.py": "def register():\n    from ..models import load\n",
+    "wemask_cli/interventions/registry.py": "def register():\n    from ..models.loading import load\n",
     "wemask_cli/interventions/saved.py": "",
     "wemask_cli/train/__init__.py": "",
     "wemask_cli/train/run.py": "",
@@ -343,12 +353,13 @@ EVASIONS = {
     "data/folders.py:3 imports wemask_cli.commands.infer: data (rank 2) may not import commands",  # sys.modules[...]
     "data/mixture.py:3 imports wemask_cli.train.run: data (rank 2) may not import train",  # a constant in a variable
     "data/mixture.py:5 importlib.import_module(name): a dynamic import",  # a name only known at run time
-    "masking.py:1 imports click: only cli/, render/ and __main__ may import click",
-    "import cycle between wemask_cli.bos, wemask_cli.prompts",  # closed under TYPE_CHECKING
+    "mask_request/flags.py:1 imports click: only cli/, render/ and __main__ may import click",
+    "import cycle between wemask_cli.models.bos, wemask_cli.prompts",  # closed under TYPE_CHECKING
     # through a package __init__: models imports interventions.saved, which runs interventions/__init__.py first
-    "import cycle between wemask_cli.interventions, wemask_cli.interventions.registry, wemask_cli.models, e.g. "
+    "import cycle between wemask_cli.interventions, wemask_cli.interventions.registry, wemask_cli.models.loading, e.g. "
     "wemask_cli/interventions/__init__.py:1 -> wemask_cli.interventions.registry; wemask_cli/interventions/registry.py:2"
-    " -> wemask_cli.models; wemask_cli/models.py:1 (running wemask_cli.interventions/__init__.py) -> wemask_cli.interventions",
+    " -> wemask_cli.models.loading; wemask_cli/models/loading.py:1 (running wemask_cli.interventions/__init__.py) -> "
+    "wemask_cli.interventions",
 ])
 def test_the_checker_sees_through_each_evasion(expected):
     found = violations(EVASIONS)
@@ -381,8 +392,9 @@ AT_RUN_TIME = {
     "wemask_cli/data/__init__.py": "",
     "wemask_cli/data/readers.py": "exec('import wemask_cli.train.run')\n",
     "wemask_cli/data/columns.py": "import importlib\ngetattr(importlib, 'import_' + 'module')('wemask_cli.eval.sweep')\n",
-    "wemask_cli/masking.py": "name = 'click'\nname = name + ''\n__import__(name)\n",
-    "wemask_cli/prompts.py": "import sys, types\nsys.modules['wemask_cli.ghost'] = types.ModuleType('wemask_cli.ghost')\n",
+    "wemask_cli/mask_request/__init__.py": "",
+    "wemask_cli/mask_request/flags.py": "name = 'click'\nname = name + ''\n__import__(name)\n",
+    "wemask_cli/prompts/__init__.py": "import sys, types\nsys.modules['wemask_cli.ghost'] = types.ModuleType('wemask_cli.ghost')\n",
     "wemask_cli/train/__init__.py": "",
     "wemask_cli/train/run.py": "",
     "wemask_cli/eval/__init__.py": "",
@@ -402,11 +414,11 @@ def test_the_audit_catches_what_really_ran(tmp_path):
         "wemask_cli.data.readers imported wemask_cli.train.run at run time (import): data (rank 2) may not import train",
         "wemask_cli.data.readers ran exec() at run time",
         "wemask_cli.data.columns imported wemask_cli.eval.sweep at run time (import_module): data (rank 2) may not import eval",
-        "wemask_cli.masking imported click at run time (import): only cli/, render/ and __main__ may import click",
-        "wemask_cli.masking imported click at run time (audit): only cli/, render/ and __main__ may import click",
+        "wemask_cli.mask_request.flags imported click at run time (import): only cli/, render/ and __main__ may import click",
+        "wemask_cli.mask_request.flags imported click at run time (audit): only cli/, render/ and __main__ may import click",
         "wemask_cli.ghost was put in sys.modules by hand",
     ):
         assert expected in found, found
     static = "\n".join(violations(AT_RUN_TIME))  # and the reader refuses each of them
-    assert all(f"{path}:" in static for path in ("commands/locate.py", "data/readers.py", "data/columns.py", "masking.py",
-                                                "prompts.py")), static
+    assert all(f"{path}:" in static for path in ("commands/locate.py", "data/readers.py", "data/columns.py",
+                                                "mask_request/flags.py", "prompts/__init__.py")), static

@@ -15,10 +15,10 @@ import torch
 from conftest import make_tiny_model, run_main
 from safetensors.torch import load_file, save_file
 
-from wemask_cli.errors import WeMaskError
 from wemask_cli.eval.stats import mean_se, summarize
 from wemask_cli.interventions import WEIGHTS_FILE, load_saved
-from wemask_cli.models import load_model
+from wemask_cli.models.loading import load_model
+from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.train.checkpoints import resume_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,7 +173,7 @@ def test_the_embedded_run_with_nan_gates_is_refused(monkeypatch, capsys, tmp_pat
     name = poison(run / WEIGHTS_FILE, "gated_norm.")
     code, out, err = run_main(monkeypatch, capsys, "infer", "--model", str(run), "--prompt", "hi")
     assert_one_line(code, out, err, str(run / WEIGHTS_FILE), name)
-    from wemask_cli.finite import first_non_finite
+    from wemask_cli.runtime.finite import first_non_finite
 
     model = load_model(embedded_dir).model
     start = time.perf_counter()

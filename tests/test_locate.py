@@ -29,7 +29,7 @@ from wemask_cli.method.locate import (
     sink_hits,
     sink_mass,
 )
-from wemask_cli.models import LoadedModel
+from wemask_cli.models.loading import LoadedModel
 
 EMBEDDED_ME = 11
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -406,7 +406,7 @@ def test_cli_on_the_embedded_model_with_mask_rates(monkeypatch, capsys, tmp_path
 
 @pytest.fixture
 def count_locates(monkeypatch, tmp_path):
-    from wemask_cli import locate_cache
+    from wemask_cli.mask_request import me_layer_cache as locate_cache
 
     monkeypatch.setattr(locate_cache, "cache_dir", lambda: tmp_path / "cache")
     calls = []
@@ -416,7 +416,7 @@ def count_locates(monkeypatch, tmp_path):
 
 
 def test_cache_is_keyed_by_weights(count_locates, tiny_tokenizer, tmp_path):
-    from wemask_cli.locate_cache import cached_me_layer
+    from wemask_cli.mask_request.me_layer_cache import cached_me_layer
 
     loaded = LoadedModel(make_tiny_model("llama", vocab_size=len(tiny_tokenizer)), tiny_tokenizer, "tiny", None)
     assert cached_me_layer(loaded) is None and cached_me_layer(loaded) is None
@@ -469,7 +469,7 @@ def test_trainer_me_layer_auto_saves_the_located_layer(count_locates, monkeypatc
 
 
 def test_cli_checks_outputs_and_prompt_encoding_before_loading(monkeypatch, capsys, tmp_path):
-    from wemask_cli import models
+    from wemask_cli.models import loading as models
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
     out_json, out_png, latin1 = tmp_path / "r.json", tmp_path / "p.png", tmp_path / "prompts.txt"
@@ -494,7 +494,7 @@ def test_massive_tokens_use_the_median_of_the_tokens_up_to_each(tiny_tokenizer):
     against the median of all the others)."""
     from types import SimpleNamespace
 
-    from wemask_cli.massive import massive_tokens, prefix_ratio
+    from wemask_cli.method.massive_tokens import massive_tokens, prefix_ratio
 
     norms = torch.tensor([[100.0, 1.0, 2.0, 3.0, 90.0], [100.0, 1.0, 2.0, 3.0, 4.0]])
     assert torch.allclose(prefix_ratio(norms)[0], torch.tensor([100 / 2, 1 / 1, 2 / 1, 3 / 2, 90 / 2]))
@@ -509,7 +509,7 @@ def test_massive_tokens_use_the_median_of_the_tokens_up_to_each(tiny_tokenizer):
 
 
 def test_norms_are_recorded_during_locates_own_pass(tiny_tokenizer):
-    from wemask_cli.massive import recording
+    from wemask_cli.method.massive_tokens import recording
 
     model = make_tiny_model("llama", vocab_size=len(tiny_tokenizer))
     ids = [[5, 6, 7, 8, 9, 10], [11, 12, 13], [5, 6, 7, 8, 9, 10]]
@@ -526,7 +526,7 @@ def test_norms_are_recorded_during_locates_own_pass(tiny_tokenizer):
 def test_locate_measures_a_model_with_the_interventions_it_carries(monkeypatch, capsys, tiny_model_dir, tmp_path):
     from wemask_cli.interventions import install_all, save_interventions
     from wemask_cli.interventions.gated_norm import GatedNorm
-    from wemask_cli.models import load_model
+    from wemask_cli.models.loading import load_model
 
     plain = load_model(tiny_model_dir, dtype="float32")
     run_dir = tmp_path / "run"
@@ -580,7 +580,7 @@ def test_locate_and_infer_read_prompt_files_alike(tmp_path, name, content, promp
 def test_locate_and_infer_refuse_a_prompt_file_with_the_same_words(tmp_path, content, problem):
     from wemask_cli.commands.infer import read_prompts
     from wemask_cli.commands.locate import load_prompts
-    from wemask_cli.errors import WeMaskError
+    from wemask_cli.runtime.errors import WeMaskError
 
     path = tmp_path / "p.jsonl"
     path.write_text(content)

@@ -8,9 +8,10 @@ import json
 import pytest
 from conftest import run_main
 
-from wemask_cli.locate_cache import FAST_PROMPTS, cache_key, entry_check
-from wemask_cli.models import cache_dir, load_model
-from wemask_cli.prompts import encode
+from wemask_cli.mask_request.me_layer_cache import FAST_PROMPTS, cache_key, entry_check
+from wemask_cli.models.loading import load_model
+from wemask_cli.prompts.rendering import encode
+from wemask_cli.runtime.cache_dir import cache_dir
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import run_main
 
-from wemask_cli.errors import WeMaskError
 from wemask_cli.method.config import WeMaskConfig
+from wemask_cli.runtime.errors import WeMaskError
 
 
 @pytest.mark.parametrize("command", [("infer", "-p", "hi"), ("eval", "--task", "math", "--limit", "1")])

@@ -10,7 +10,7 @@ from conftest import make_tiny_model
 
 from wemask_cli import WeMaskConfig, apply_wemask, remove_wemask
 from wemask_cli.method.arch import resolve_layers
-from wemask_cli.method.mask import first_token_positions, masked_layers
+from wemask_cli.method.wemask_hook import first_token_positions, masked_layers
 
 ME = 1
 UNPACKED = ("gpt_oss",)  # its eager attention with sinks ignores packed position ids, unmasked too

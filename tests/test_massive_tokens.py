@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 from conftest import make_tiny_model
 
-from wemask_cli.massive import prefix_ratio
+from wemask_cli.method.massive_tokens import prefix_ratio
 from wemask_cli.method.tokens import MASSIVE_RATIO, massive_token_positions
-from wemask_cli.models import LoadedModel
+from wemask_cli.models.loading import LoadedModel
 
 
 def test_the_report_flags_the_tokens_that_tokens_massive_masks():

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from wemask_cli import WeMaskError
-from wemask_cli.gguf_cache import atomic_directory, cache_dir
-from wemask_cli.models import load_model, resolve_source
+from wemask_cli.models.gguf_cache import atomic_directory, cache_dir
+from wemask_cli.models.loading import load_model
+from wemask_cli.models.sources import resolve_source
 
 
 def test_atomic_directory_leaves_nothing_on_failure(tmp_path):
@@ -107,7 +108,7 @@ def test_corrupt_weights_are_one_clear_error(tiny_model_dir, tmp_path):
 def test_first_line_of_an_error_is_its_first_line_cut_or_its_type():
     """errors.first_line serves every one-line error (models, data readers, checkpoints, recipes, TRL settings,
     lm-eval); once, checkpoints' copy raised IndexError on an exception with no message."""
-    from wemask_cli.errors import first_line
+    from wemask_cli.runtime.errors import first_line
 
     assert first_line(ValueError("  bad value\nsecond line")) == "bad value"
     assert first_line(OSError("x" * 500)) == "x" * 300 and first_line(OSError("abcdef"), 3) == "abc"
@@ -127,7 +128,7 @@ def write_entry(folder, weights: bool = True):
 
 
 def test_publishing_keeps_a_complete_entry_and_replaces_a_broken_one(tmp_path):
-    from wemask_cli.gguf_cache import entry_problem, publish
+    from wemask_cli.models.gguf_cache import entry_problem, publish
 
     target = write_entry(tmp_path / "m")  # another node published first
     publish(write_entry(tmp_path / "staging-a"), target)
@@ -145,7 +146,7 @@ def test_a_half_converted_gguf_is_rebuilt_with_one_line(monkeypatch, capsys, tmp
     '[Errno 39] Directory not empty'. Now the entry is checked and rebuilt, and says so once."""
     from conftest import run_main
 
-    from wemask_cli.gguf_cache import entry_problem
+    from wemask_cli.models.gguf_cache import entry_problem
 
     monkeypatch.setenv("WEMASK_CACHE", str(tmp_path / "cache"))
     entry = Path(resolve_source(tiny_gguf))

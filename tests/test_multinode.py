@@ -72,7 +72,7 @@ def test_resume_across_nodes_without_a_shared_folder_stops_with_one_line_per_sid
 def test_a_gguf_model_trains_on_two_nodes_of_two_processes(tmp_path, tiny_gguf, shared_cache):
     """Each node's first process converts the .gguf (global ranks 0 and 2; transformers' save_pretrained writes
     nothing on rank 2, which left node 1 a half entry and failed every process); the others wait and reuse it."""
-    from wemask_cli.gguf_cache import entry_problem
+    from wemask_cli.models.gguf_cache import entry_problem
 
     train = ["sft", "--model", tiny_gguf, "--dataset", str(ROOT / "data" / "sft_chat.jsonl"), "-o", "out", "-r", "0.3",
              "--me-layer", "1", "--per-device-train-batch-size", "1", "--max-length", "64", "--max-steps", "1",

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from wemask_cli import atomic, progress, ranks, versions
-from wemask_cli.errors import WeMaskError
 from wemask_cli.method.config import WeMaskConfig
+from wemask_cli.runtime import atomic, progress, ranks, versions
+from wemask_cli.runtime.errors import WeMaskError
 
 
 def test_every_atomic_write_fails_in_one_line_that_is_still_an_os_error(tmp_path):

@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 import pytest
 
 from wemask_cli.cli.train import SHARED_MASK_OPTIONS, train_options
-from wemask_cli.errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.train.options import CLI_ONLY, DEFAULTS, RECIPE_ONLY, TRL_PANEL, TrainOptions, option
 from wemask_cli.train.resolve import resolve
 from wemask_cli.train.sft import SFTStage

@@ -10,7 +10,6 @@ import sys
 
 import pytest
 
-from wemask_cli.errors import WeMaskError
 from wemask_cli.outputs import (
     LOCK_NAME,
     MANIFEST_NAME,
@@ -23,6 +22,7 @@ from wemask_cli.outputs import (
     read_manifest,
     record_written,
 )
+from wemask_cli.runtime.errors import WeMaskError
 
 
 def user_files(folder):

@@ -13,7 +13,6 @@ import pytest
 from conftest import run_main
 from transformers import TrainerCallback
 
-from wemask_cli.errors import WeMaskError
 from wemask_cli.outputs import (
     LOCK_NAME,
     MANIFEST_NAME,
@@ -21,6 +20,7 @@ from wemask_cli.outputs import (
     claim_output_dir,
     read_manifest,
 )
+from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.train.options import TrainOptions
 from wemask_cli.train.run import run
 from wemask_cli.train.sft import SFTStage

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from wemask_cli.errors import WeMaskError
 from wemask_cli.outputs import LOCK_NAME
 from wemask_cli.outputs.lock import take_lock
+from wemask_cli.runtime.errors import WeMaskError
 
 
 def dead_pid() -> int:

@@ -14,8 +14,8 @@ import pytest
 from conftest import run_main
 from transformers import TrainerCallback
 
-from wemask_cli.errors import WeMaskError
 from wemask_cli.outputs import Manifest
+from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.train.options import TrainOptions
 from wemask_cli.train.run import run
 from wemask_cli.train.sft import SFTStage

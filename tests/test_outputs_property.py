@@ -15,8 +15,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from wemask_cli.errors import WeMaskError
 from wemask_cli.outputs import MANIFEST_NAME, claim_output_dir
+from wemask_cli.runtime.errors import WeMaskError
 
 FORMS = ("relative", "absolute", "dot", "symlink")
 USER_PATHS = ("notes.txt", "runs/notes.txt", "checkpoint-1/mine.txt", "sub/deep/x.txt", "eval/mine.txt", "metrics.json")

@@ -1,7 +1,7 @@
 """A broken plugin is one warning line and the rest works, in every entry-point group (wemask.stages,
 wemask.interventions, wemask.eval_tasks): one that raises RuntimeError, has a SyntaxError or calls sys.exit(3) on
 import, one with a bad declaration, and one whose name clashes with a built-in. `wemask --help` and `--version` load
-no plugin at all; a command loads only the groups it needs, each plugin guarded (wemask_cli/plugins.py). A plugin
+no plugin at all; a command loads only the groups it needs, each plugin guarded (wemask_cli/runtime/plugins.py). A plugin
 that registered something before failing is undone as a whole. The working toy plugins next to them still work."""
 
 from __future__ import annotations

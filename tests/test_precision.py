@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import run_main
 
-from wemask_cli.errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.train.options import TrainOptions
 from wemask_cli.train.resolve import resolve
 from wemask_cli.train.run import run

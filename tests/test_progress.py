@@ -1,11 +1,11 @@
-"""wemask_cli.progress: plain lines by default, silent off the main process, a reporter the CLI can replace."""
+"""wemask_cli.runtime.progress: plain lines by default, silent off the main process, a reporter the CLI can replace."""
 
 from __future__ import annotations
 
 import contextlib
 from pathlib import Path
 
-from wemask_cli import progress
+from wemask_cli.runtime import progress
 
 
 def test_plain_lines_on_stderr_and_no_ops(capsys, monkeypatch):

@@ -15,9 +15,10 @@ from conftest import run_main
 
 from wemask_cli.commands.infer import GenerationSettings, run_infer
 from wemask_cli.engines.transformers import TransformersEngine
-from wemask_cli.errors import WeMaskError
-from wemask_cli.method.mask import masked_layers, remove_wemask
-from wemask_cli.models import RECORDED, LoadedModel, load_model
+from wemask_cli.method.wemask_hook import masked_layers, remove_wemask
+from wemask_cli.models.loading import LoadedModel, load_model
+from wemask_cli.models.quantization import RECORDED
+from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.train.options import TrainOptions
 from wemask_cli.train.run import run
 from wemask_cli.train.sft import SFTStage

@@ -7,7 +7,6 @@ import torch
 from conftest import make_tiny_model
 from torch import nn
 
-from wemask_cli.errors import WeMaskError
 from wemask_cli.eval.quantize import (
     parse_schemes,
     quantize_fp4,
@@ -18,6 +17,7 @@ from wemask_cli.eval.quantize import (
     smoothing_factors,
     target_linears,
 )
+from wemask_cli.runtime.errors import WeMaskError
 
 # ------------------------------------------------------------------------------------------ INT grids
 

@@ -13,9 +13,9 @@ import torch
 from conftest import make_tiny_model, run_main
 from test_startup import RUN_BLOCKED
 
-from wemask_cli.errors import WeMaskError
 from wemask_cli.eval.quantize import SCHEMES, Grid, Scheme, parse_schemes, quantize_int, register, simulate
 from wemask_cli.eval.quantize.schemes import block_size_help, quantize_help
+from wemask_cli.runtime.errors import WeMaskError
 
 TESTS = Path(__file__).resolve().parent
 

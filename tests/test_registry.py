@@ -8,9 +8,9 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from wemask_cli import registry as registry_module
-from wemask_cli.errors import WeMaskError
-from wemask_cli.registry import Registry, RegistryError
+from wemask_cli.runtime import registry as registry_module
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.registry import Registry, RegistryError
 
 
 class Base:

@@ -14,7 +14,7 @@ from test_train_interventions import DATA, StopAt2, gate_weights, sft
 from transformers import AutoModelForCausalLM
 
 from wemask_cli.interventions import load_saved
-from wemask_cli.models import load_model
+from wemask_cli.models.loading import load_model
 from wemask_cli.train.records import loss_history
 
 ALL = {"gated_norm": "both", "gated_norm_rank": 4, "pre_affine": "both", "gated_attention": True, "gated_attention_rank": 4}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from wemask_cli import resources
-from wemask_cli.errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 
 PACKAGE = Path(__file__).resolve().parent.parent / "wemask_cli"
 

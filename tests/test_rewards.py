@@ -7,7 +7,6 @@ import re
 
 import pytest
 
-from wemask_cli.errors import WeMaskError
 from wemask_cli.rewards import (
     BUILTIN_REWARDS,
     answers_match,
@@ -19,6 +18,7 @@ from wemask_cli.rewards import (
     normalize_answer,
     parse_reward_spec,
 )
+from wemask_cli.runtime.errors import WeMaskError
 
 
 @pytest.mark.parametrize(

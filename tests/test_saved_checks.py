@@ -9,11 +9,11 @@ import shutil
 import pytest
 from conftest import make_tiny_model, run_main
 
-from wemask_cli.errors import WeMaskError
 from wemask_cli.interventions import INTERVENTIONS_FILE, WEIGHTS_FILE, WeMask, install_all, load_saved, save_interventions
 from wemask_cli.interventions.gated_norm import GatedNorm
 from wemask_cli.interventions.saved import save_configs
 from wemask_cli.method.config import CONFIG_NAME, WeMaskConfig
+from wemask_cli.runtime.errors import WeMaskError
 
 
 def test_a_wemask_config_that_disagrees_with_interventions_is_one_line(tmp_path, tiny_model_dir, monkeypatch, capsys):

@@ -16,10 +16,10 @@ import torch
 from transformers import TrainerCallback
 
 from wemask_cli import WeMaskConfig
-from wemask_cli.masking import MaskRequest
+from wemask_cli.mask_request.flags import MaskRequest
 from wemask_cli.method.arch import resolve_layers
-from wemask_cli.method.mask import apply_wemask, masked_layers
-from wemask_cli.models import load_model
+from wemask_cli.method.wemask_hook import apply_wemask, masked_layers
+from wemask_cli.models.loading import load_model
 from wemask_cli.train.options import TrainOptions
 from wemask_cli.train.records import loss_history
 from wemask_cli.train.run import run

@@ -1,4 +1,4 @@
-"""Trainer stages and data layouts on the one Registry (wemask_cli/registry.py): the built-ins in their declared
+"""Trainer stages and data layouts on the one Registry (wemask_cli/runtime/registry.py): the built-ins in their declared
 order however they were imported, checked declarations, duplicates naming both sources, and a layout from another
 package (tests/toy_layout.py, through the `wemask.data_layouts` entry point) feeding a built-in stage."""
 
@@ -15,7 +15,7 @@ from plugin_support import TESTS, plugin_site, plugins_site, wemask
 
 from wemask_cli.data.formats import SUPERVISED
 from wemask_cli.data.layouts import LAYOUTS, DataLayout
-from wemask_cli.registry import RegistryError
+from wemask_cli.runtime.registry import RegistryError
 from wemask_cli.train.stage_registry import BUILTIN, STAGES, StageFlag
 
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import run_main
 
 from wemask_cli.data import detect_format, load_training_data
-from wemask_cli.errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.train.options import TrainOptions
 from wemask_cli.train.resolve import resolve as resolve_settings
 from wemask_cli.train.sft import SFTStage as sft_stage

@@ -11,8 +11,8 @@ import torch
 from conftest import run_main
 from transformers import TrainerCallback
 
-from wemask_cli.errors import WeMaskError
 from wemask_cli.interventions import INTERVENTIONS_FILE, WEIGHTS_FILE, load_saved
+from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.train.options import TrainOptions
 from wemask_cli.train.records import loss_history
 from wemask_cli.train.resolve import resolve

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import run_main
 
-from wemask_cli.errors import WeMaskError
 from wemask_cli.outputs import claim_output_dir
+from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.train.options import TrainOptions
 from wemask_cli.train.resolve import resolve
 from wemask_cli.train.run import run

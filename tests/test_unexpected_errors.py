@@ -15,8 +15,9 @@ from conftest import run_main
 from wemask_cli.cli import BUG_REPORT
 from wemask_cli.data.folders import load_folder
 from wemask_cli.data.readers import load_file, load_hub
-from wemask_cli.errors import WeMaskError
-from wemask_cli.models import converted_gguf_dir, load_model
+from wemask_cli.models import converted_gguf_dir
+from wemask_cli.models.loading import load_model
+from wemask_cli.runtime.errors import WeMaskError
 
 
 def planted(*args, **kwargs):
@@ -40,9 +41,9 @@ def replace(path: Path, text: str) -> None:
 
 
 def test_a_bug_surfaces_as_a_traceback_then_a_line_asking_for_a_report(monkeypatch, capsys):
-    import wemask_cli.versions
+    import wemask_cli.runtime.versions
 
-    monkeypatch.setattr(wemask_cli.versions, "library_versions", planted)
+    monkeypatch.setattr(wemask_cli.runtime.versions, "library_versions", planted)
     with pytest.raises(TypeError, match="planted bug") as info:
         run_main(monkeypatch, capsys, "env")
     printed = traceback.format_exception(info.value)
@@ -62,7 +63,7 @@ def test_a_bug_while_converting_a_gguf_is_not_called_a_bad_file(monkeypatch, tmp
 
 
 def test_a_truncated_gguf_is_one_clear_error(monkeypatch, tmp_path):
-    from wemask_cli.gguf_cache import embedded_gguf_path
+    from wemask_cli.models.gguf_cache import embedded_gguf_path
 
     monkeypatch.setenv("WEMASK_CACHE", str(tmp_path / "cache"))
     with embedded_gguf_path().open("rb") as stream:

@@ -86,7 +86,7 @@ def test_cli_refusals_before_loading(monkeypatch, capsys, embedded_dir, flags, e
 def test_massive_tokens_and_remedies_are_refused(tmp_path):
     """What vLLM cannot run names the transformers path: --tokens massive, and folders carrying remedies."""
     from wemask_cli.engines.vllm import VllmEngineError, saved_wemask_for_vllm
-    from wemask_cli.engines.vllm.mask import check_config
+    from wemask_cli.engines.vllm.tensor_mask import check_config
     from wemask_cli.interventions import WeMask, config_from_dict, save_configs
 
     with pytest.raises(VllmEngineError, match="--engine transformers for --tokens massive"):
@@ -226,7 +226,7 @@ def test_greedy_tokens_match_transformers(engine, embedded, rate, capsys):
     """Same greedy tokens as the transformers hooks; where a float32 kernel difference flips a near-tie, the
     log-probabilities of everything before the flip agree within 1e-3 and the two tokens were a near-tie."""
     from wemask_cli.engines.transformers import TransformersEngine
-    from wemask_cli.prompts import encode_left_truncated
+    from wemask_cli.prompts.rendering import encode_left_truncated
 
     config = WeMaskConfig(mask_rate=rate, me_layer=ME_LAYER)
     encoded, _, _ = encode_left_truncated(embedded.tokenizer, PROMPTS, True, None)

@@ -229,8 +229,8 @@ def test_vllm_start_up_failures_name_the_setting(monkeypatch):
 
 def test_the_located_model_is_freed_before_vllm_starts(monkeypatch, tiny_model_dir):
     """--me-layer auto loads the transformers model first: it is gone (and the CUDA cache emptied) when vLLM starts."""
-    from wemask_cli import models
     from wemask_cli.engines.vllm import engine as engine_module
+    from wemask_cli.models import loading as models
 
     seen, load = {}, models.load_model
 
@@ -305,7 +305,7 @@ def test_serving_a_masked_folder_refuses_non_finite_weights(tmp_path, monkeypatc
     from safetensors.torch import save_file
 
     from wemask_cli.engines.vllm import plugin
-    from wemask_cli.finite import NonFiniteWeights
+    from wemask_cli.runtime.finite import NonFiniteWeights
 
     folder = fake_folder(tmp_path / "run", mask_rate=0.5, me_layer=1)
     save_file({"lm_head.weight": torch.tensor([[1.0, float("inf")]])}, str(folder / "model.safetensors"))

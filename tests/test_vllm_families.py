@@ -55,7 +55,7 @@ def saved_tiny(family: str, path, tokenizer) -> torch.nn.Module:
 
 
 def hf_greedy(model, config: WeMaskConfig) -> tuple[list[list[int]], WeMaskConfig]:
-    from wemask_cli.method.mask import apply_wemask
+    from wemask_cli.method.wemask_hook import apply_wemask
 
     out = []
     with apply_wemask(model, config) as handle, torch.no_grad():

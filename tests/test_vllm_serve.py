@@ -74,7 +74,7 @@ def server(tmp_path_factory, embedded_dir, embedded):
 
 def test_vllm_serve_returns_the_masked_greedy_output(server, embedded):
     from wemask_cli.method.config import WeMaskConfig
-    from wemask_cli.method.mask import apply_wemask
+    from wemask_cli.method.wemask_hook import apply_wemask
 
     url, folder, log = server
     body = {"model": str(folder), "prompt": PROMPT, "max_tokens": NEW_TOKENS, "temperature": 0}

@@ -41,7 +41,7 @@ class ScaleNorm(Intervention):
         return f"ScaleNorm on the attention norms, layers {self.layers} (0-based)"
 
     def install(self, model, *, active=None) -> Installed:
-        from wemask_cli.method.hooks import register_hook
+        from wemask_cli.method.owned_hooks import register_hook
         from wemask_cli.method.remedies import Scale
 
         installed = Installed(self)

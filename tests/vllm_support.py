@@ -26,7 +26,7 @@ def masked_run_folder(target: Path, embedded_dir: str, embedded, mask_rate: floa
     with the dims the transformers hook chose recorded, as a training run saves them."""
     from wemask_cli.interventions import WeMask, save_configs
     from wemask_cli.method.config import WeMaskConfig
-    from wemask_cli.method.mask import apply_wemask
+    from wemask_cli.method.wemask_hook import apply_wemask
 
     target.mkdir(parents=True, exist_ok=True)
     for path in Path(embedded_dir).iterdir():

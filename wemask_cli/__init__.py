@@ -5,7 +5,7 @@ The public names load lazily, so `import wemask_cli` (and `wemask --help`) does 
 
 import importlib
 
-from .errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 
 __version__ = "0.1.0"
 _METHOD = ("WeMaskConfig", "WeMaskConfigError", "WeMaskHandle", "apply_wemask", "remove_wemask")

@@ -1,3 +1,3 @@
-from .cli import main
+from wemask_cli.cli import main
 
 main()

@@ -13,11 +13,11 @@ from typing import Annotated
 
 import typer
 
-from .. import ranks
-from ..errors import WeMaskError
-from . import env, infer, locate, merge, report, train
-from . import eval as eval_command
-from .commands import CommandGroup, Interrupted
+from wemask_cli.cli import env, infer, locate, merge, report, train
+from wemask_cli.cli import eval as eval_command
+from wemask_cli.cli.commands import CommandGroup, Interrupted
+from wemask_cli.runtime import ranks
+from wemask_cli.runtime.errors import WeMaskError
 
 PAPERS = (
     "WeMask and the ME (massive emergence) layer: arXiv:2605.08504. "
@@ -37,7 +37,7 @@ app = typer.Typer(
 
 def show_version(value: bool) -> None:
     if value:
-        from .. import __version__
+        from wemask_cli import __version__
 
         print(f"wemask {__version__}")
         raise typer.Exit()
@@ -54,7 +54,7 @@ def wemask(
 ) -> None:
     """WeMask for LLM inference and TRL fine-tuning."""
     if verbose:
-        from ..compat.notices import keep_log_notices
+        from wemask_cli.compat.notices import keep_log_notices
 
         keep_log_notices()
 
@@ -72,7 +72,7 @@ CommandGroup.modules = COMMANDS
 def quiet_libraries() -> None:
     """Library noise off (progress bars, bitsandbytes' CPU notice), without importing the libraries; their warnings
 are quieted around the command only (compat/notices.py)."""
-    from ..compat.notices import drop_log_notices
+    from wemask_cli.compat.notices import drop_log_notices
 
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read when huggingface_hub is first imported
     if not sys.stderr.isatty():  # in a log, datasets' bars are lines of carriage returns: wemask's own lines remain
@@ -116,9 +116,9 @@ def _terminated(signum, frame) -> None:
 
 def main() -> None:
     """Entry point: user errors become one line on stderr and exit code 2; Ctrl-C one line and exit 130."""
-    from .. import progress
-    from ..compat.notices import library_notices_quiet
-    from ..render.common import RichReporter
+    from wemask_cli.compat.notices import library_notices_quiet
+    from wemask_cli.render.common import RichReporter
+    from wemask_cli.runtime import progress
 
     signal.signal(signal.SIGTERM, _terminated)  # training replaces it while it trains (save, then stop)
     try:

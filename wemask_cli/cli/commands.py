@@ -4,7 +4,7 @@ Each command module of cli/ registers its commands with `register(app)`. A modul
 plugins (the training stages, eval) also has `summaries()`: {command: help} known without loading any plugin. Its
 commands are built only when one of them is run or asked for its help (`register(app, name)`); until then the
 listing in `wemask --help` shows a placeholder with that help. Plugins load inside `register`, guarded
-(wemask_cli/plugins.py): a broken one is a warning line, and the command is built without it.
+(wemask_cli/runtime/plugins.py): a broken one is a warning line, and the command is built without it.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ def env() -> None:
     import platform
     import sys
 
-    from ..resources import tested_environments
-    from ..versions import ENV_LIBRARIES, TESTED_LIBRARIES, library_versions, which_environment
+    from wemask_cli.resources import tested_environments
+    from wemask_cli.runtime.versions import ENV_LIBRARIES, TESTED_LIBRARIES, library_versions, which_environment
 
     print(f"python        {platform.python_version()} ({sys.executable})")
     for name, version in library_versions(ENV_LIBRARIES).items():
@@ -26,9 +26,7 @@ def env() -> None:
         print(f"environment   {name} (every version as `make test` ran it)")
     import torch
 
-    from ..models import (
-        cache_dir,  # imports torch (about a second): the device needs it anyway
-    )
+    from wemask_cli.runtime.cache_dir import cache_dir
 
     if torch.cuda.is_available():
         device = f"cuda: {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"

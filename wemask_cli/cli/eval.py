@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from ..ranks import main_only
+from wemask_cli.runtime.ranks import main_only
 
 EVAL_SUMMARY = ("Evaluate one model at several mask rates in one process: table, metrics.json, results.csv, "
                 "examples.jsonl, curve.png.")
@@ -13,7 +13,7 @@ EVAL_SUMMARY = ("Evaluate one model at several mask rates in one process: table,
 
 def eval_help() -> str:
     """The command's help: the summary, then every registered task that describes itself, and the spread."""
-    from ..eval.tasks.registry import accepting, tasks
+    from wemask_cli.eval.tasks.registry import accepting, tasks
 
     described = ", ".join(f"{name} ({cls.description})" for name, cls in tasks().items() if cls.description)
     sampling = ", ".join(accepting(lambda cls: cls.generates))
@@ -32,6 +32,6 @@ def summaries() -> dict[str, str]:
 
 def register(app: typer.Typer, name: str) -> None:
     """`wemask eval` (imports its flags, which load the eval-task plugins)."""
-    from .eval_flags import eval_
+    from wemask_cli.cli.eval_flags import eval_
 
     app.command(name, help=eval_help())(main_only(eval_))  # under a launcher: rank 0 works, the others wait

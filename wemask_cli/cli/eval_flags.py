@@ -10,11 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..eval.quantize.schemes import DEFAULT_BLOCK_SIZE, block_size_help, quantize_help  # torch-free registry
-from ..eval.tasks.base import TASK_FLAGS, TaskFlag
-from ..eval.tasks.registry import accepting, declaring, task_flags, task_help, tasks  # torch-free registry
-from ..progress import warn
-from .options import (
+from wemask_cli.cli.options import (
     BaseQuantizationOpt,
     DtypeOpt,
     EngineOpt,
@@ -27,6 +23,10 @@ from .options import (
     TrustRemoteCodeOpt,
     VllmMemoryOpt,
 )
+from wemask_cli.eval.quantize.schemes import DEFAULT_BLOCK_SIZE, block_size_help, quantize_help  # torch-free registry
+from wemask_cli.eval.tasks.base import TASK_FLAGS, TaskFlag
+from wemask_cli.eval.tasks.registry import accepting, declaring, task_flags, task_help, tasks  # torch-free registry
+from wemask_cli.runtime.progress import warn
 
 Text = Optional[str]
 
@@ -125,12 +125,12 @@ def eval_(
     """`wemask eval` (its help: cli/eval.py's eval_help)."""
     from dataclasses import fields
 
-    from ..commands.eval import EvalRequest, run_eval
-    from ..eval.settings import EvalSettings, parse_batch_size
-    from ..masking import MaskRequest
-    from ..render.common import console, err_console
-    from ..render.curve import eval_curve_png
-    from ..render.eval import eval_tables
+    from wemask_cli.commands.eval import EvalRequest, run_eval
+    from wemask_cli.eval.settings import EvalSettings, parse_batch_size
+    from wemask_cli.mask_request.flags import MaskRequest
+    from wemask_cli.render.common import console, err_console
+    from wemask_cli.render.curve import eval_curve_png
+    from wemask_cli.render.eval import eval_tables
 
     shared = {f.name for f in fields(EvalSettings)}
     options = {dest: value for dest, value in task_values.items() if dest not in shared and value is not None}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from ..ranks import main_only
+from wemask_cli.runtime.ranks import main_only
 
 INFER_HELP = """Generate with and without WeMask; several --mask-rate values are shown side by side (one model load).
 
@@ -19,6 +19,6 @@ def summaries() -> dict[str, str]:
 
 def register(app: typer.Typer, name: str) -> None:
     """`wemask infer` (imports its flags, which load the engine plugins)."""
-    from .infer_flags import infer
+    from wemask_cli.cli.infer_flags import infer
 
     app.command(name, help=INFER_HELP)(main_only(infer))  # under a launcher: rank 0 works, the others wait

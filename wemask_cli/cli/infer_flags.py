@@ -8,8 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..prompts import PROMPT_FILE_LAYOUTS
-from .options import (
+from wemask_cli.cli.options import (
     BaseQuantizationOpt,
     DtypeOpt,
     EngineOpt,
@@ -24,6 +23,7 @@ from .options import (
     TrustRemoteCodeOpt,
     VllmMemoryOpt,
 )
+from wemask_cli.prompts.files import PROMPT_FILE_LAYOUTS
 
 
 def infer(
@@ -51,11 +51,11 @@ def infer(
     trust_remote_code: TrustRemoteCodeOpt = False,
 ):
     """`wemask infer` (its help: cli/infer.py's INFER_HELP)."""
-    from ..commands.infer import GenerationSettings, InferRequest
-    from ..commands.infer import infer as run_infer_command
-    from ..masking import MaskRequest
-    from ..render.common import console, err_console
-    from ..render.infer import completions_table
+    from wemask_cli.commands.infer import GenerationSettings, InferRequest
+    from wemask_cli.commands.infer import infer as run_infer_command
+    from wemask_cli.mask_request.flags import MaskRequest
+    from wemask_cli.render.common import console, err_console
+    from wemask_cli.render.infer import completions_table
 
     request = InferRequest(
         model=model, mask=MaskRequest.parse(mask_rate, me_layer, select, layers, strength, tokens),

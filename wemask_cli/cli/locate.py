@@ -7,9 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..prompts import PROMPT_FILE_LAYOUTS
-from ..ranks import main_only
-from .options import BaseQuantizationOpt, DtypeOpt, ModelOpt, ReplaceOpt, TrustRemoteCodeOpt
+from wemask_cli.cli.options import BaseQuantizationOpt, DtypeOpt, ModelOpt, ReplaceOpt, TrustRemoteCodeOpt
+from wemask_cli.prompts.files import PROMPT_FILE_LAYOUTS
+from wemask_cli.runtime.ranks import main_only
 
 
 def locate(
@@ -36,11 +36,11 @@ def locate(
     Prints per-layer statistics (the ME-layer metrics of WeMask, arXiv:2605.08504; attention and residual sinks,
     arXiv:2601.22966) and a verdict.
     """
-    from ..commands.locate import LocateRequest
-    from ..commands.locate import locate as run_locate_command
-    from ..masking import parse_mask_rates
-    from ..render.common import console, err_console
-    from ..render.locate import locate_plot, locate_table, mask_rates_table, routing_table
+    from wemask_cli.commands.locate import LocateRequest
+    from wemask_cli.commands.locate import locate as run_locate_command
+    from wemask_cli.mask_request.flags import parse_mask_rates
+    from wemask_cli.render.common import console, err_console
+    from wemask_cli.render.locate import locate_plot, locate_table, mask_rates_table, routing_table
 
     request = LocateRequest(
         model=model, prompts=prompts, dataset=dataset, text_field=text_field, num_prompts=num_prompts, max_length=max_length,

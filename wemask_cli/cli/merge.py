@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .options import DtypeOpt, ReplaceOpt
+from wemask_cli.cli.options import DtypeOpt, ReplaceOpt
 
 
 def merge(
@@ -18,8 +18,8 @@ def merge(
 ):
     """Merge a LoRA run into a full model folder (weights, tokenizer, the run's saved mask and interventions), which
     `wemask infer/eval --engine vllm` and `vllm serve` load like any model folder."""
-    from ..commands.merge import run_merge
-    from ..render.common import err_console
+    from wemask_cli.commands.merge import run_merge
+    from wemask_cli.render.common import err_console
 
     written = run_merge(str(run), output, overwrite=overwrite, dtype=dtype)
     err_console.print(f"Wrote {', '.join(path.name for path in written)} to {output}")

@@ -60,6 +60,6 @@ def __getattr__(name: str):
     """`EngineOpt`, built when a command's flags are: its help lists the registered engines (their plugins load)."""
     if name != "EngineOpt":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from ..commands import engine_help
+    from wemask_cli.commands import engine_help
 
     return Annotated[str, typer.Option(help=engine_help())]

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .options import ReplaceOpt
+from wemask_cli.cli.options import ReplaceOpt
 
 
 def report(
@@ -28,9 +28,9 @@ def report(
     own line, named by what differs. A run without a mask is 'plain', the dashed baseline. A directory without
     metrics.json is skipped with one line.
     """
-    from ..commands.report import gather, plan_report, record_default_plot, write_rows
-    from ..render.common import console, err_console
-    from ..render.report import report_png, report_tables
+    from wemask_cli.commands.report import gather, plan_report, record_default_plot, write_rows
+    from wemask_cli.render.common import console, err_console
+    from wemask_cli.render.report import report_png, report_tables
 
     directories, plot = plan_report(dirs, json_out, csv_out, plot, no_plot, overwrite)
     rows = gather(directories)

@@ -12,8 +12,8 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperCommand
 
-from ..commands.train import TrainOptions, alias_flags, trl_spellings
-from .options import LayersOpt, MeLayerOpt, SelectOpt, StrengthOpt, TokensOpt
+from wemask_cli.cli.options import LayersOpt, MeLayerOpt, SelectOpt, StrengthOpt, TokensOpt
+from wemask_cli.commands.train import TrainOptions, alias_flags, trl_spellings
 
 TRAIN_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
 TRAIN_EPILOG = (
@@ -59,7 +59,7 @@ def train_options(options_class: type = TrainOptions) -> dict:
 def intervention_flags() -> dict:
     """A typer option per flag the registered interventions declare (GatedNorm, PreAffine, gated attention, ...):
     adding an intervention adds its flags here without touching this file. Torch-free."""
-    from ..interventions import flag_specs
+    from wemask_cli.interventions import flag_specs
 
     flags = {}
     for spec in flag_specs():
@@ -92,7 +92,7 @@ def training_command(app: typer.Typer, spec) -> None:
     stage_flags = {flag.dest: stage_option(flag) for flag in spec.all_flags()}
 
     def command(ctx: typer.Context, help_trl: bool = False, **options) -> None:
-        from ..commands.train import run_training
+        from wemask_cli.commands.train import run_training
 
         own = [name for param in ctx.command.params for name in (*param.opts, *param.secondary_opts)]
         stage_options = {name: options.pop(name) for name in stage_flags}
@@ -126,7 +126,7 @@ class TrlSpellingCommand(TyperCommand):
 def summaries() -> dict[str, str]:
     """{command: help} of every trainer stage, known without loading a plugin: the built-in stages' own help, and for
     a plugin's stage (listed from its entry point's metadata) where it comes from."""
-    from ..commands.train import builtin_specs, plugin_stage_names
+    from wemask_cli.commands.train import builtin_specs, plugin_stage_names
 
     found = {name: spec.help for name, spec in builtin_specs().items()}
     for name, source in plugin_stage_names().items():
@@ -137,7 +137,7 @@ def summaries() -> dict[str, str]:
 def register(app: typer.Typer, name: str) -> None:
     """The command of the trainer stage `name` (train/stage_registry.py): a built-in one, or a plugin's (the stage plugins
     then load). Its intervention flags load the intervention plugins; a broken plugin is one warning line."""
-    from ..commands.train import stage_specs
+    from wemask_cli.commands.train import stage_specs
 
     spec = stage_specs(name).get(name)
     if spec is not None:

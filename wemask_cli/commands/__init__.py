@@ -7,6 +7,6 @@ Commands import core modules (models, data, prompts, masking, ...) and the metho
 
 def engine_help() -> str:
     """--engine's help, from the engine registry (torch-free; loads the engine plugins)."""
-    from ..engines.base import engine_help as registered
+    from wemask_cli.engines.base import engine_help as registered
 
     return registered()

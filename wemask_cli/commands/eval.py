@@ -14,10 +14,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import WeMaskError
-from ..eval.settings import EvalSettings
-from ..outputs import check_inputs_outside, check_writable, claim_output_dir
-from ..progress import say, status
+from wemask_cli.eval.settings import EvalSettings
+from wemask_cli.outputs import check_inputs_outside, check_writable, claim_output_dir
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.progress import say, status
 
 DEFAULT_ROOT = Path("runs") / "eval"
 
@@ -45,7 +45,7 @@ def make_task(request: EvalRequest):
     """The task object, its settings checked (before anything is loaded)."""
     from dataclasses import replace
 
-    from ..eval.tasks.registry import task_class, tasks
+    from wemask_cli.eval.tasks.registry import task_class, tasks
 
     settings = request.settings
     chosen = [cls for cls in tasks().values() if cls.selector]  # tasks chosen by their own flag (--lm-eval-tasks)
@@ -67,7 +67,7 @@ def make_task(request: EvalRequest):
 
 def create_task(cls, settings: EvalSettings):
     """`cls.create` with its settings resolved against its declarations (unless it checks them itself)."""
-    from ..eval.tasks.resolve import resolve
+    from wemask_cli.eval.tasks.resolve import resolve
 
     return cls.create(settings if cls.checks_settings else resolve(settings, cls))
 
@@ -104,8 +104,8 @@ def quantize_axes(request: EvalRequest, prepared) -> list:
 
     import torch
 
-    from ..eval import quantize
-    from ..eval.sweep import Axis, Setting
+    from wemask_cli.eval import quantize
+    from wemask_cli.eval.sweep import Axis, Setting
 
     calibration = [torch.tensor([ids]) for ids in prepared.samples] if request.smoothquant is not None else None
     options = {"block_size": request.fp4_block_size, "smoothquant": request.smoothquant, "calibration": calibration}
@@ -123,20 +123,20 @@ def _simulated(simulate, scheme: str, options: dict, engine):
 
 def run_eval(request: EvalRequest, plot: Callable[[dict, Path], Path] | None = None) -> tuple[dict, Path, list[Path]]:
     """The whole command: returns (metrics.json's document, the output folder, the files written)."""
-    from ..eval.document import metrics_document, provenance, write_outputs
+    from wemask_cli.eval.document import metrics_document, provenance, write_outputs
 
     started = time.time()
     task = make_task(request)
     check_engine(request, task)
     if request.quantize is not None:
-        from ..eval.quantize import parse_schemes
+        from wemask_cli.eval.quantize import parse_schemes
 
         parse_schemes(request.quantize, block_size=request.fp4_block_size, smoothquant=request.smoothquant)  # before loading
     elif request.smoothquant is not None:
         raise WeMaskError("--smoothquant migrates activation scale before quantizing: add --quantize (e.g. none,w4a4)")
     output, created = (Path(request.output).expanduser(), []) if request.output else default_output(task.name)
     if request.overwrite:
-        from ..models import model_inputs
+        from wemask_cli.models.sources import model_inputs
 
         inputs = [*model_inputs(request.model), *task.inputs()]
         check_inputs_outside(output, inputs, flag="--output")
@@ -158,8 +158,8 @@ def run_eval(request: EvalRequest, plot: Callable[[dict, Path], Path] | None = N
 
 def evaluate(request: EvalRequest, task, data):
     """Load the engine, build the sweep's axes, tokenize once, choose the batch size, run every variant."""
-    from ..engines.base import EngineRequest, engine_class
-    from ..eval.sweep import run_sweep, wemask_axis
+    from wemask_cli.engines.base import EngineRequest, engine_class
+    from wemask_cli.eval.sweep import run_sweep, wemask_axis
 
     kind = engine_class(request.engine)
     with status(kind.loading()):
@@ -189,7 +189,7 @@ def evaluate(request: EvalRequest, task, data):
 def check_engine(request: EvalRequest, task) -> None:
     """--engine: a known engine with the features the task and the flags need (its declaration), in one line before
     anything loads."""
-    from ..engines.base import engine_class
+    from wemask_cli.engines.base import engine_class
 
     engine = engine_class(request.engine)
     for feature in sorted(task.needs):

@@ -6,12 +6,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engines.base import EngineRequest, engine_class
-from ..errors import WeMaskError
-from ..finite import check_temperature
-from ..method.config import WeMaskConfig
-from ..outputs import atomic_write_text, dumps_strict
-from ..prompts import encode_left_truncated, read_prompt_file, warn_truncated
+from wemask_cli.engines.base import EngineRequest, engine_class
+from wemask_cli.method.config import WeMaskConfig
+from wemask_cli.outputs import atomic_write_text, dumps_strict
+from wemask_cli.prompts.files import read_prompt_file
+from wemask_cli.prompts.rendering import encode_left_truncated, warn_truncated
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.finite import check_temperature
 
 
 @dataclass
@@ -47,7 +48,7 @@ def read_prompts(prompts: list[str] | None, input_file: Path | None) -> list[str
 def generate(engine, prompts: list, settings: GenerationSettings) -> tuple[list[str], list[int]]:
     """Batched generation (engines.generation.generate), greedy unless a temperature is given; prompts longer than
     the model's context (less --max-new-tokens) are cut from the left. Returns the completions and each prompt's cut."""
-    from ..engines.generation import generate as generate_batches
+    from wemask_cli.engines.generation import generate as generate_batches
 
     tokenizer, positions = engine.tokenizer, engine.context_length()
     limit = None if positions is None else positions - settings.max_new_tokens
@@ -122,9 +123,9 @@ class InferRequest:
 def infer(request: InferRequest) -> list[dict]:
     """The whole command: --output and the prompts checked before the model loads, every prompt generated at every
     setting, --output written. Returns the records (the CLI renders them)."""
-    from ..models import model_inputs
-    from ..outputs import check_output_file
-    from ..progress import status
+    from wemask_cli.models.sources import model_inputs
+    from wemask_cli.outputs import check_output_file
+    from wemask_cli.runtime.progress import status
 
     if request.output is not None:
         inputs = [*model_inputs(request.model), ("--input", request.input)]

@@ -6,7 +6,7 @@ layer: the branch writing most of the jump, attention / FFN or routed experts / 
 routing (MoE models: per MoE layer, the first token's experts and how concentrated they are; null otherwise),
 me_layer_metrics (that layer's record), earlier_rises, metric_peaks, residual_sink_dims, verdict, settings,
 prompts (one record per prompt: index, preview, tokens, first_token_is_bos, degenerate, me_layer), layers (one
-record per layer), mask_rates (one record per --mask-rate), massive_tokens (see massive.py; null without an ME
+record per layer), mask_rates (one record per --mask-rate), massive_tokens (see method/massive_tokens.py; null without an ME
 layer), interventions (the saved ones re-installed on load).
 """
 
@@ -18,16 +18,18 @@ from pathlib import Path
 
 import torch
 
-from .. import massive, resources
-from ..bos import starts_with_bos
-from ..data import load_hub, load_local, looks_local
-from ..errors import WeMaskError
-from ..method import locate as method
-from ..method.arch import model_type, resolve_layers
-from ..method.config import WeMaskConfig
-from ..method.mask import apply_wemask, remove_wemask
-from ..models import LoadedModel
-from ..prompts import encode, prompt_value, read_prompt_file
+from wemask_cli import resources
+from wemask_cli.data import load_hub, load_local, looks_local
+from wemask_cli.method import locate as method
+from wemask_cli.method import massive_tokens as massive
+from wemask_cli.method.arch import model_type, resolve_layers
+from wemask_cli.method.config import WeMaskConfig
+from wemask_cli.method.wemask_hook import apply_wemask, remove_wemask
+from wemask_cli.models.bos import starts_with_bos
+from wemask_cli.models.loading import LoadedModel
+from wemask_cli.prompts.files import prompt_value, read_prompt_file
+from wemask_cli.prompts.rendering import encode
+from wemask_cli.runtime.errors import WeMaskError
 
 DEFAULT_PROMPTS = "locate_prompts.jsonl"  # bundled in wemask_cli.resources
 DATASET_PROMPTS = 32  # --num-prompts default for --dataset
@@ -286,9 +288,10 @@ class LocateRequest:
 def locate(request: LocateRequest, plot: Callable[[dict, Path], Path] | None = None) -> tuple[dict, list[Path]]:
     """The whole command: outputs and prompts checked before the model loads, the report measured, --json written and
     --plot drawn by `plot` (the CLI's renderer). Returns (the report, the files written)."""
-    from ..models import load_model, model_inputs
-    from ..outputs import atomic_write_json, check_output_file
-    from ..progress import status, task
+    from wemask_cli.models.loading import load_model
+    from wemask_cli.models.sources import model_inputs
+    from wemask_cli.outputs import atomic_write_json, check_output_file
+    from wemask_cli.runtime.progress import status, task
 
     if request.plot is not None and request.plot.suffix.lower() != ".png":
         raise WeMaskError(f"--plot {request.plot}: the plot is a PNG, give a file name ending in .png")

@@ -11,9 +11,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ..errors import WeMaskError
-from ..outputs import ADAPTER_CONFIG_FILE, METRICS_FILE, RUN_RECORD_FILE, check_inputs_outside, claim_output_dir
-from ..progress import status
+from wemask_cli.outputs import ADAPTER_CONFIG_FILE, METRICS_FILE, RUN_RECORD_FILE, check_inputs_outside, claim_output_dir
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.progress import status
 
 CARRIED = ("interventions.json", "interventions.safetensors", "wemask_config.json", RUN_RECORD_FILE, METRICS_FILE)
 
@@ -31,7 +31,7 @@ def run_merge(run: str, output: Path, overwrite: bool = False, dtype: str = "aut
     output = Path(output).expanduser()
     check_inputs_outside(output, [("RUN", str(folder))], flag="--output")
     with claim_output_dir(output, overwrite=overwrite, kind="merge", flag="--output") as claim:
-        from ..models import load_model
+        from wemask_cli.models.loading import load_model
 
         with status(f"Loading {run} (base model and adapter)..."):
             loaded = load_model(str(folder), dtype=dtype, interventions=False)  # the remedies travel as files

@@ -23,23 +23,10 @@ import os
 import statistics
 from pathlib import Path
 
-from ..errors import WeMaskError
-from ..outputs import (
-    METRICS_FILE,
-    Manifest,
-    atomic_write_json,
-    atomic_write_text,
-    check_output_file,
-    check_writable,
-    record_written,
-)
-from ..progress import say
-from .report_settings import (
-    eval_settings,
-    line_names,
-    read_run_record,
-    training_settings,
-)
+from wemask_cli.commands.report_settings import eval_settings, line_names, read_run_record, training_settings
+from wemask_cli.outputs import METRICS_FILE, Manifest, atomic_write_json, atomic_write_text, check_output_file, check_writable, record_written
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.progress import say
 
 NOT_METRICS = {
     "mask_rate", "me_layer", "strength", "seed", "seeds", "world_size", "global_step", "epoch", "runtime_s", "version",

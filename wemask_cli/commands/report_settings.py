@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..model_names import model_label
-from ..outputs import RUN_RECORD_FILE
+from wemask_cli.models.names import model_label
+from wemask_cli.outputs import RUN_RECORD_FILE
 
 PLAIN = "plain"  # no mask
 # The order in which settings name a line; stage and task split tables and panels, the rest name lines.
@@ -39,7 +39,7 @@ IGNORED_EVAL_SETTINGS = ("task", "data", "split", "data_config", "batch_size", "
 
 def read_run_record(metrics_path: Path) -> dict:
     """The wemask_run.json beside a training run's metrics.json ({} when there is none or it is unreadable)."""
-    from ..outputs.trained import read_object
+    from wemask_cli.outputs.trained import read_object
 
     return read_object(metrics_path.parent / RUN_RECORD_FILE)
 
@@ -57,7 +57,7 @@ def data_label(name, sha256=None, *parts) -> str:
 
 def remedy_label(kind: str, options: dict) -> str:
     """A remedy as a legend names it: its title, its main flag's value and any other flag given ('GatedNorm both')."""
-    from ..interventions.registry import kinds
+    from wemask_cli.interventions.registry import kinds
 
     cls = kinds().get(kind)
     if cls is None:

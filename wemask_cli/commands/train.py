@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..train.options import TrainOptions
-from ..train.stage_registry import StageSpec, builtin_specs, plugin_stage_names, stage_specs
-from ..train.trl_vocabulary import alias_flags, trl_spellings
+from wemask_cli.train.options import TrainOptions
+from wemask_cli.train.stage_registry import StageSpec, builtin_specs, plugin_stage_names, stage_specs
+from wemask_cli.train.trl_vocabulary import alias_flags, trl_spellings
 
 __all__ = [
     "StageSpec", "TrainOptions", "Training", "alias_flags", "builtin_specs", "plugin_stage_names", "run_training",
@@ -32,14 +32,14 @@ def run_training(spec: StageSpec, options: dict, stage_options: dict, interventi
                  own_flags: list[str], help_trl: bool = False) -> Training:
     """Check the mask flags and TRL's pass-through flags (before torch is imported), then list TRL's options
     (`help_trl`) or train the stage `spec` declares with the shared run."""
-    from ..masking import MaskRequest
+    from wemask_cli.mask_request.flags import MaskRequest
 
     MaskRequest.parse(*(options[name] for name in MASK_FLAGS))  # a typo answers before torch is imported
-    from ..train.trl_flags import check_extra_args
+    from wemask_cli.train.trl_flags import check_extra_args
 
     check_extra_args(extra_args, spec.name, spec.trl_config, own_flags)
-    from ..train.resolve import trl_help
-    from ..train.run import run
+    from wemask_cli.train.resolve import trl_help
+    from wemask_cli.train.run import run
 
     stage = spec.load()()
     if help_trl:

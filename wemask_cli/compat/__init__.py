@@ -12,8 +12,8 @@ from __future__ import annotations
 import inspect
 import platform
 
-from ..errors import WeMaskError
-from ..versions import library_versions
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.versions import library_versions
 
 
 class CompatError(WeMaskError):

@@ -9,7 +9,7 @@ AcceleratorState and PartialState reads), then checks that a fresh AcceleratorSt
 
 from __future__ import annotations
 
-from . import incompatible, require
+from wemask_cli.compat import incompatible, require
 
 LIBRARY, VERIFIED = "accelerate", "1.15"
 

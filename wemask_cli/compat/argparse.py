@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import require
+from wemask_cli.compat import require
 
 LIBRARY, VERIFIED = "python", "3.10-3.13"
 FIELDS = ("dest", "default", "required", "type", "nargs", "const")  # what resolve.py reads and sets on an action
@@ -30,6 +30,6 @@ def check() -> None:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--probe", type=int, default=3)
     if [action.dest for action in parser_actions(parser)] != ["probe"]:
-        from . import incompatible
+        from wemask_cli.compat import incompatible
 
         raise incompatible(LIBRARY, "ArgumentParser._actions no longer lists the declared arguments", VERIFIED)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from . import incompatible
+from wemask_cli.compat import incompatible
 
 LIBRARY, VERIFIED = "bitsandbytes", "0.50.2"
 NOTICE_LOGGER = "bitsandbytes.backends.cpu.ops"

@@ -3,7 +3,7 @@
 - A Dataset's `_fingerprint` (its cache identity, which datasets has no public accessor for): read for eval's
   provenance (eval/data.py), and renamed for TRL's precomputed-reference cache, which hashes the dataset and the
   weights but not the mask (train/reference.py).
-- Going offline after import (hub.py): `datasets.config` reads HF_HUB_OFFLINE (and the older HF_DATASETS_OFFLINE)
+- Going offline after import (runtime/hub.py): `datasets.config` reads HF_HUB_OFFLINE (and the older HF_DATASETS_OFFLINE)
   once at import into module constants, which its loaders read at call time.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from . import require
+from wemask_cli.compat import require
 
 LIBRARY, VERIFIED = "datasets", "5.2"
 CONFIG = "datasets.config"

@@ -1,4 +1,4 @@
-"""huggingface_hub's internals wemask touches: going offline after import (hub.py). Verified on huggingface_hub
+"""huggingface_hub's internals wemask touches: going offline after import (runtime/hub.py). Verified on huggingface_hub
 2.4.
 
 huggingface_hub reads HF_HUB_OFFLINE once, when `huggingface_hub.constants` is imported, into the module constant
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from . import require
+from wemask_cli.compat import require
 
 LIBRARY, VERIFIED = "huggingface_hub", "2.4"
 CONSTANTS = "huggingface_hub.constants"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 
-from . import require
+from wemask_cli.compat import require
 
 VERIFIED = "0.4.13"
 

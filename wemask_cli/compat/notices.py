@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .bitsandbytes import NOTICE_LOGGER, NOTICE_START
+from wemask_cli.compat.bitsandbytes import NOTICE_LOGGER, NOTICE_START
 
 LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "huggingface_hub", "safetensors",
              "bitsandbytes", "deepspeed", "lm_eval", "vllm", "wemask_cli")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-from . import require
+from wemask_cli.compat import require
 
 LIBRARY, VERIFIED = "transformers", "5.19, 5.24"
 
@@ -69,11 +69,11 @@ def check() -> None:
 
     require(LIBRARY, PreTrainedModel, "_keys_to_ignore_on_save", verified=VERIFIED)
     if attn_implementation(LlamaConfig(attn_implementation="eager")) != "eager":
-        from . import incompatible
+        from wemask_cli.compat import incompatible
 
         raise incompatible(LIBRARY, "PretrainedConfig._attn_implementation no longer reads what attn_implementation set", VERIFIED)
     if "_keys_to_ignore_on_save" not in inspect.getsource(PreTrainedModel.save_pretrained):
-        from . import incompatible
+        from wemask_cli.compat import incompatible
 
         raise incompatible(LIBRARY, "PreTrainedModel.save_pretrained no longer reads _keys_to_ignore_on_save", VERIFIED)
     require(LIBRARY, Trainer, "_get_output_dir", params=("trial",), verified=VERIFIED)

@@ -22,7 +22,7 @@ import contextlib
 import inspect
 from collections.abc import Callable
 
-from . import CompatError, incompatible, require
+from wemask_cli.compat import CompatError, incompatible, require
 
 VERIFIED = "0.32.0"
 TRL_VERIFIED = "1.16"

@@ -12,16 +12,8 @@
 - training.py  load_training_data (the stages' entry point), report_dropped
 """
 
-from .columns import (
-    apply_column_map,
-    check_column,
-    column_value,
-    has_column,
-    missing_column_message,
-    nested_columns,
-    parse_column_map,
-)
-from .formats import (
+from wemask_cli.data.columns import apply_column_map, check_column, column_value, has_column, missing_column_message, nested_columns, parse_column_map
+from wemask_cli.data.formats import (
     PREFERENCE,
     PROMPTS,
     SUPERVISED,
@@ -33,19 +25,10 @@ from .formats import (
     text_problem,
     training_data,
 )
-from .local import load_local
-from .readers import (
-    LOCAL_SUFFIXES,
-    content_sha256,
-    load_hub,
-    looks_local,
-    read_json_rows,
-    read_text,
-    read_text_file,
-    slice_local,
-)
-from .training import load_training_data, open_dataset, report_dropped
-from .verl import VERL_ANSWER, is_verl
+from wemask_cli.data.local import load_local
+from wemask_cli.data.readers import LOCAL_SUFFIXES, content_sha256, load_hub, looks_local, read_json_rows, read_text, read_text_file, slice_local
+from wemask_cli.data.training import load_training_data, open_dataset, report_dropped
+from wemask_cli.data.verl import VERL_ANSWER, is_verl
 
 __all__ = [
     "LOCAL_SUFFIXES", "PREFERENCE", "PROMPTS", "SUPERVISED", "VERL_ANSWER", "DataFormat", "TrainingData", "apply_column_map", "check_column", "check_rows",

@@ -15,9 +15,9 @@ ShareGPT's last assistant turn) as the `answer` column when there is no `answer`
 
 from __future__ import annotations
 
-from ..errors import WeMaskError
-from .formats import PREFERENCE, PROMPTS, SUPERVISED, DataFormat
-from .layouts import LAYOUTS, DataLayout
+from wemask_cli.data.formats import PREFERENCE, PROMPTS, SUPERVISED, DataFormat
+from wemask_cli.data.layouts import LAYOUTS, DataLayout
+from wemask_cli.runtime.errors import WeMaskError
 
 SHAREGPT_ROLES = {
     "human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "model": "assistant",

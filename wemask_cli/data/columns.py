@@ -7,7 +7,7 @@ eval's --question-field/--choices-field/--answer-field/--text-field.
 
 from __future__ import annotations
 
-from ..errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 
 _MISSING = object()
 _SHOWN = 40

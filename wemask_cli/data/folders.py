@@ -10,8 +10,8 @@ import json
 import re
 from pathlib import Path
 
-from ..errors import WeMaskError, first_line
-from .readers import LOCAL_SUFFIXES, load_file, slice_local
+from wemask_cli.data.readers import LOCAL_SUFFIXES, load_file, slice_local
+from wemask_cli.runtime.errors import WeMaskError, first_line
 
 _SPLIT_WORD = re.compile(r"(?:^|[-_./])(train|test|validation|valid|dev|eval)(?=$|[-_./\d])", re.IGNORECASE)
 _SPLIT_CALL = re.compile(r"^\s*([A-Za-z_][\w-]*)\s*(\[.*\])?\s*$")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 
 
 @dataclass(frozen=True)

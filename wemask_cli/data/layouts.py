@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import ClassVar
 
-from ..registry import Registry, RegistryError
-from .columns import sample_rows
-from .formats import TrainingData
+from wemask_cli.data.columns import sample_rows
+from wemask_cli.data.formats import TrainingData
+from wemask_cli.runtime.registry import Registry, RegistryError
 
 SAMPLED_ROWS = 5  # the first rows a layout is recognised by
 Converter = Callable[..., tuple | None]

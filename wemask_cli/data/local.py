@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import WeMaskError
-from .folders import load_folder
-from .readers import LOCAL_SUFFIXES, load_file, not_a_file
+from wemask_cli.data.folders import load_folder
+from wemask_cli.data.readers import LOCAL_SUFFIXES, load_file, not_a_file
+from wemask_cli.runtime.errors import WeMaskError
 
 
 def load_local(path: Path, split: str | None, where: str, config: str | None = None):

@@ -13,8 +13,8 @@ Each part's layout is adapted and checked as a --dataset is; all parts must end 
 
 from __future__ import annotations
 
-from ..errors import WeMaskError
-from .formats import TrainingData
+from wemask_cli.data.formats import TrainingData
+from wemask_cli.runtime.errors import WeMaskError
 
 ENTRY_KEYS = ("path", "name", "split", "columns", "fraction")
 UNSUPPORTED = ("data_dir", "data_files")  # TRL's load_dataset arguments: give the file or folder as `path`
@@ -53,7 +53,7 @@ def load_mixture(stage: TrainingData | str, entries, columns=None, test_split_si
     """(train dataset, eval dataset or None, format) of a `datasets:` mixture (see the module docstring)."""
     from datasets import concatenate_datasets
 
-    from .training import open_dataset, prepare_training_data
+    from wemask_cli.data.training import open_dataset, prepare_training_data
 
     if not isinstance(entries, list) or not entries:
         raise WeMaskError("datasets: give a list of entries, each with a 'path' (TRL's dataset mixture)")

@@ -13,7 +13,7 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import WeMaskError, first_line
+from wemask_cli.runtime.errors import WeMaskError, first_line
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 _SNIFF_BYTES = 8192
@@ -191,7 +191,7 @@ def load_hub(name: str, split: str | None, config: str | None, where: str):
     from datasets import load_dataset
     from datasets.exceptions import DatasetsError
 
-    from ..hub import before_hub_fetch
+    from wemask_cli.runtime.hub import before_hub_fetch
 
     before_hub_fetch(f"{where} {name!r}")
 

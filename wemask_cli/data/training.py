@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import WeMaskError
-from ..progress import warn
-from .columns import apply_column_map, parse_column_map
-from .formats import TrainingData, check_rows, detect_format, training_data
-from .layouts import adapt_layout
-from .local import load_local
-from .readers import load_hub, looks_local
+from wemask_cli.data.columns import apply_column_map, parse_column_map
+from wemask_cli.data.formats import TrainingData, check_rows, detect_format, training_data
+from wemask_cli.data.layouts import adapt_layout
+from wemask_cli.data.local import load_local
+from wemask_cli.data.readers import load_hub, looks_local
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.progress import warn
 
 SOURCES = ".jsonl/.json/.parquet/.csv file, a folder of them (or a save_to_disk folder), or a hub dataset name"
 

@@ -8,9 +8,9 @@ UNPAIRED is that stage's TrainingData (kind "unpaired"); two layouts feed it:
 
 from __future__ import annotations
 
-from ..errors import WeMaskError
-from .formats import DataFormat, TrainingData
-from .layouts import LAYOUTS, DataLayout
+from wemask_cli.data.formats import DataFormat, TrainingData
+from wemask_cli.data.layouts import LAYOUTS, DataLayout
+from wemask_cli.runtime.errors import WeMaskError
 
 LABELLED = ("prompt", "completion", "label")
 PAIRED = ("prompt", "chosen", "rejected")

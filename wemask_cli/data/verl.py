@@ -10,10 +10,10 @@
 
 from __future__ import annotations
 
-from ..errors import WeMaskError
-from .columns import has_column, path_values
-from .formats import PROMPTS, SUPERVISED, DataFormat, is_conversation
-from .layouts import LAYOUTS, DataLayout
+from wemask_cli.data.columns import has_column, path_values
+from wemask_cli.data.formats import PROMPTS, SUPERVISED, DataFormat, is_conversation
+from wemask_cli.data.layouts import LAYOUTS, DataLayout
+from wemask_cli.runtime.errors import WeMaskError
 
 VERL_ANSWER = "reward_model.ground_truth"
 SFT_QUESTION_KEYS = ("question", "problem", "prompt")

@@ -14,8 +14,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..errors import WeMaskError
-from ..registry import Registry, RegistryError
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.registry import Registry, RegistryError
 
 DEFAULT_ENGINE = "transformers"  # --engine's default
 AUTO_BATCH_START = 64  # --batch-size auto starts here (an engine that schedules its own batches keeps it)
@@ -82,8 +82,9 @@ class Engine:
         folder's saved interventions when the engine does not declare them."""
         from pathlib import Path
 
-        from ..models import resolve_source, saved_run
-        from ..outputs import ADAPTER_CONFIG_FILE
+        from wemask_cli.models.loading import saved_run
+        from wemask_cli.models.sources import resolve_source
+        from wemask_cli.outputs import ADAPTER_CONFIG_FILE
 
         if request.mask is not None and request.mask.tokens == "massive":
             cls.require("massive")

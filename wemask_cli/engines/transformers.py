@@ -1,12 +1,12 @@
 """`--engine transformers` (the default): the model loaded by models.load_model, WeMask as hooks (the WeMask
-intervention, method/mask.py), every feature. The forwards are in transformers_forward.py (torch); this module
+intervention, method/wemask_hook.py), every feature. The forwards are in transformers_forward.py (torch); this module
 imports no torch, so the CLI can list it."""
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 
-from .base import ENGINES, Engine, EngineRequest
+from wemask_cli.engines.base import ENGINES, Engine, EngineRequest
 
 
 @ENGINES.register
@@ -24,7 +24,7 @@ class TransformersEngine(Engine):
 
     @classmethod
     def load(cls, request: EngineRequest) -> tuple[Engine, list]:
-        from ..models import load_model
+        from wemask_cli.models.loading import load_model
 
         cls.check_request(request)  # what a subclass declares it does not support
         loaded = load_model(request.model, dtype=request.dtype, quantization=request.base_quantization,
@@ -41,7 +41,7 @@ class TransformersEngine(Engine):
 
     @property
     def pad_id(self) -> int:
-        from ..method.batch import pad_id_of
+        from wemask_cli.method.batch import pad_id_of
 
         return pad_id_of(self.tokenizer)
 
@@ -51,33 +51,33 @@ class TransformersEngine(Engine):
         if config is None:
             yield None
             return
-        from ..interventions.wemask import WeMask
+        from wemask_cli.interventions.wemask import WeMask
 
         with WeMask(config).install(self.module) as installed:
             yield installed.config.config  # the resolved config, with the dims chosen per layer
 
     def token_logprobs(self, sequences):
-        from .transformers_forward import token_logprobs
+        from wemask_cli.engines.transformers_forward import token_logprobs
 
         return token_logprobs(self.module, sequences, self.pad_id)
 
     def score_options(self, groups, batch_size, advance=None):
-        from .transformers_forward import score_options
+        from wemask_cli.engines.transformers_forward import score_options
 
         return score_options(self.module, groups, self.pad_id, batch_size, advance)
 
     def fit_batch_size(self, length, limit):
-        from .transformers_forward import fit_batch_size
+        from wemask_cli.engines.transformers_forward import fit_batch_size
 
         return fit_batch_size(self.module, length, limit, self.pad_id)
 
     def generate_ids(self, encoded, *, max_new_tokens, temperature, top_p, seed, batch_size=8, advance=None):
-        from .transformers_forward import generate_ids
+        from wemask_cli.engines.transformers_forward import generate_ids
 
         return generate_ids(self.module, encoded, self.pad_id, max_new_tokens=max_new_tokens, temperature=temperature,
                             top_p=top_p, seed=seed, batch_size=batch_size, advance=advance or (lambda done: None))
 
     def context_length(self):
-        from ..prompts import context_length
+        from wemask_cli.prompts.rendering import context_length
 
         return context_length(self.module)

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import torch
 
-from ..method.batch import pad, positions_of
-from .base import AUTO_BATCH_START
+from wemask_cli.engines.base import AUTO_BATCH_START
+from wemask_cli.method.batch import pad, positions_of
 
 
 def model_device(model) -> torch.device:

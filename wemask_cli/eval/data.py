@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..compat.datasets import fingerprint as dataset_fingerprint
-from ..data import (
+from wemask_cli.compat.datasets import fingerprint as dataset_fingerprint
+from wemask_cli.data import (
     LOCAL_SUFFIXES,
     check_column,
     column_value,
@@ -25,7 +25,7 @@ from ..data import (
     nested_columns,
     read_text_file,
 )
-from ..errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 
 TRUNCATED_NOTE = "`truncated: true` in examples.jsonl"  # said with the warning of every cut eval prompt
 
@@ -70,7 +70,7 @@ class Source:
 def open_source(spec: str | None, bundled: str, split: str | None, config: str | None, limit: int | None) -> Source:
     """Rows or text from --data (a file of any name, a folder, a hub name) or the task's bundled file."""
     if spec is None:
-        from .. import resources
+        from wemask_cli import resources
 
         with resources.as_file(f"eval/{bundled}") as path:
             source = read_path(path, f"the bundled eval/{bundled}", split)

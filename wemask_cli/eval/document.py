@@ -27,11 +27,11 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from ..hub import snapshot_revision
-from ..outputs import METRICS_FILE, atomic_write_json, atomic_write_text, strict_json
-from ..outputs.trained import training_summary
-from ..versions import EVAL_LIBRARIES, library_versions
-from .stats import summarize
+from wemask_cli.eval.stats import summarize
+from wemask_cli.outputs import METRICS_FILE, atomic_write_json, atomic_write_text, strict_json
+from wemask_cli.outputs.trained import training_summary
+from wemask_cli.runtime.hub import snapshot_revision
+from wemask_cli.runtime.versions import EVAL_LIBRARIES, library_versions
 
 SCHEMA = "wemask-metrics/1"
 
@@ -60,7 +60,7 @@ def provenance(engine, data_info: dict, started: float, libraries: tuple[str, ..
 def metrics_document(*, task: str, primary: str, unit: str, n_examples: int, sweep, settings, seeds_vary: str,
                      prov: dict) -> dict:
     """The metrics.json object of a finished sweep (see the module docstring)."""
-    from .. import __version__
+    from wemask_cli import __version__
 
     results = sweep.results
     rates = list(dict.fromkeys(r["mask_rate"] for r in results))

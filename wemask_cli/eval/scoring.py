@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from ..errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 
 
 def prefix_token_id(tokenizer) -> int:

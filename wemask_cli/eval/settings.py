@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from ..errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 
 SAMPLING_TEMPERATURE = 0.7
 DEFAULT_WINDOW = 256

@@ -19,9 +19,9 @@ from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..progress import task as progress_task
-from .settings import EvalSettings
-from .stats import Metric, paired_delta
+from wemask_cli.eval.settings import EvalSettings
+from wemask_cli.eval.stats import Metric, paired_delta
+from wemask_cli.runtime.progress import task as progress_task
 
 
 @dataclass

@@ -16,12 +16,12 @@ other packages register through the entry-point group `wemask.interventions` (se
 
 from __future__ import annotations
 
-from .base import Active, FlagSpec, Installed, Intervention, InterventionConfigError
-from .flags import flag
-from .installation import Installation, install_all
-from .registry import config_from_dict, configs_from_options, flag_specs, kinds, register
-from .saved import INTERVENTIONS_FILE, WEIGHTS_FILE, SavedRun, load_saved, save_configs, save_interventions
-from .wemask import WeMask
+from wemask_cli.interventions.base import Active, FlagSpec, Installed, Intervention, InterventionConfigError
+from wemask_cli.interventions.flags import flag
+from wemask_cli.interventions.installation import Installation, install_all
+from wemask_cli.interventions.registry import config_from_dict, configs_from_options, flag_specs, kinds, register
+from wemask_cli.interventions.saved import INTERVENTIONS_FILE, WEIGHTS_FILE, SavedRun, load_saved, save_configs, save_interventions
+from wemask_cli.interventions.wemask import WeMask
 
 __all__ = [
     "Active", "FlagSpec", "INTERVENTIONS_FILE", "Installation", "Installed", "Intervention",

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, ClassVar
 
-from .flags import FlagSpec, InterventionConfigError, extras_without_main, off, option_value
+from wemask_cli.interventions.flags import FlagSpec, InterventionConfigError, extras_without_main, off, option_value
 
 Active = Callable[[], bool]
 """A zero-argument predicate asked on every forward; while it returns False an installed intervention acts as

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..method.config import parse_layer_span, span_layers
-from .base import InterventionConfigError
+from wemask_cli.interventions.base import InterventionConfigError
+from wemask_cli.method.config import parse_layer_span, span_layers
 
 NORM_SITES = ("attn", "ffn", "both")
 
@@ -47,7 +47,7 @@ def norm_sites(model, layers: str, norms: str, kind: str):
     A layer without that norm (post-norm OLMo-2) refuses, naming it; in a parallel layout (Cohere 2) the
     attention's and the FFN's norm are one module, acted on once.
     """
-    from ..method.arch import resolve_layers
+    from wemask_cli.method.arch import resolve_layers
 
     parts = resolve_layers(model)
     for l in layer_indices(layers, len(parts), kind):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 
 
 class InterventionConfigError(WeMaskError, ValueError):

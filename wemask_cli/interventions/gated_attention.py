@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import WeMaskError
-from .base import Active, Installed, Intervention
-from .common import check_layers, check_rank, check_rank_fits, layer_indices
-from .flags import flag
-from .registry import register
+from wemask_cli.interventions.base import Active, Installed, Intervention
+from wemask_cli.interventions.common import check_layers, check_rank, check_rank_fits, layer_indices
+from wemask_cli.interventions.flags import flag
+from wemask_cli.interventions.registry import register
+from wemask_cli.runtime.errors import WeMaskError
 
 
 @register
@@ -39,9 +39,9 @@ class GatedAttention(Intervention):
 
     def install(self, model, *, active: Active | None = None) -> Installed:
         """Add one LowRankGate per layer under the decoder layer; pre-hooks on the attention and its o_proj."""
-        from ..method.arch import resolve_layers
-        from ..method.hooks import register_hook
-        from ..method.remedies import AttentionOutputGate, LowRankGate
+        from wemask_cli.method.arch import resolve_layers
+        from wemask_cli.method.owned_hooks import register_hook
+        from wemask_cli.method.remedies import AttentionOutputGate, LowRankGate
 
         parts = resolve_layers(model)
         installed = Installed(self)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Active, Installed, Intervention
-from .common import NORM_SITES, check_layers, check_rank, check_rank_fits, check_sites, norm_sites
-from .flags import flag
-from .registry import register
+from wemask_cli.interventions.base import Active, Installed, Intervention
+from wemask_cli.interventions.common import NORM_SITES, check_layers, check_rank, check_rank_fits, check_sites, norm_sites
+from wemask_cli.interventions.flags import flag
+from wemask_cli.interventions.registry import register
 
 
 @register
@@ -41,8 +41,8 @@ class GatedNorm(Intervention):
 
     def install(self, model, *, active: Active | None = None) -> Installed:
         """Add one LowRankGate per (layer, norm) under the decoder layer and a forward hook on that norm."""
-        from ..method.hooks import register_hook
-        from ..method.remedies import LowRankGate, NormOutputGate
+        from wemask_cli.method.owned_hooks import register_hook
+        from wemask_cli.method.remedies import LowRankGate, NormOutputGate
 
         installed = Installed(self)
         with installed.building():

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ..compat.transformers import ignored_on_save, is_model, set_ignored_on_save
-from ..method.config import WeMaskConfig
-from .base import Active, Installed, Intervention, InterventionConfigError
-from .registry import kinds
-from .wemask import WeMask
+from wemask_cli.compat.transformers import ignored_on_save, is_model, set_ignored_on_save
+from wemask_cli.interventions.base import Active, Installed, Intervention, InterventionConfigError
+from wemask_cli.interventions.registry import kinds
+from wemask_cli.interventions.wemask import WeMask
+from wemask_cli.method.config import WeMaskConfig
 
 
 class Installation:

@@ -9,8 +9,8 @@ imported the first time the kinds are read. Trainers, infer and eval read `flag_
 
 from __future__ import annotations
 
-from ..registry import Registry, RegistryError
-from .base import FlagSpec, Intervention, InterventionConfigError
+from wemask_cli.interventions.base import FlagSpec, Intervention, InterventionConfigError
+from wemask_cli.runtime.registry import Registry, RegistryError
 
 BUILTIN = ("wemask", "gated_norm", "pre_affine", "gated_attention")  # modules of this package, in install order
 FLAG_TYPES = (str, int, float, bool)  # what a command-line flag of a kind can parse

@@ -17,10 +17,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..atomic import atomic_write, atomic_write_text
-from ..method.config import CONFIG_NAME, WeMaskConfig
-from .base import Intervention, InterventionConfigError
-from .registry import config_from_dict
+from wemask_cli.interventions.base import Intervention, InterventionConfigError
+from wemask_cli.interventions.registry import config_from_dict
+from wemask_cli.method.config import CONFIG_NAME, WeMaskConfig
+from wemask_cli.runtime.atomic import atomic_write, atomic_write_text
 
 INTERVENTIONS_FILE = "interventions.json"
 WEIGHTS_FILE = "interventions.safetensors"
@@ -48,7 +48,7 @@ class SavedRun:
 
     def install(self, model, *, active=None, include_wemask: bool = True):
         """install_all() these configs with their weights; `include_wemask=False` leaves WeMask to the caller."""
-        from .installation import install_all
+        from wemask_cli.interventions.installation import install_all
 
         configs = self.configs if include_wemask else self.remedies
         return install_all(model, configs, weights=self.weights, active=active)
@@ -109,7 +109,7 @@ def _read_weights(path: Path) -> dict:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    from ..finite import require_finite
+    from wemask_cli.runtime.finite import require_finite
 
     try:
         weights = load_file(str(path))
@@ -167,7 +167,7 @@ def load_saved(directory: str | Path) -> SavedRun | None:
         check_wemask_agrees(directory, saved.wemask)
         return saved
     if (directory / CONFIG_NAME).is_file():
-        from .wemask import WeMask
+        from wemask_cli.interventions.wemask import WeMask
 
         return SavedRun([WeMask(WeMaskConfig.load(directory))], {}, CONFIG_NAME)
     return None

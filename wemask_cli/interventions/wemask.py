@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..method.config import WeMaskConfig
-from .base import Active, Installed, Intervention, InterventionConfigError
-from .registry import register
+from wemask_cli.interventions.base import Active, Installed, Intervention, InterventionConfigError
+from wemask_cli.interventions.registry import register
+from wemask_cli.method.config import WeMaskConfig
 
 
 @register
@@ -39,7 +39,7 @@ class WeMask(Intervention):
 
     def install(self, model, *, active: Active | None = None) -> Installed:
         """apply_wemask (replacing any WeMask already on the model); the resolved config records the dims."""
-        from ..method.mask import apply_wemask
+        from wemask_cli.method.wemask_hook import apply_wemask
 
         handle = apply_wemask(model, self.config, active=active)
         return Installed(WeMask(handle.config), records=handle.records)

@@ -12,10 +12,10 @@ _EXPORTS = {
     "WeMaskConfig": "config",
     "WeMaskConfigError": "config",
     "find_saved_config": "config",
-    "WeMaskHandle": "mask",
-    "apply_wemask": "mask",
-    "masked_layers": "mask",
-    "remove_wemask": "mask",
+    "WeMaskHandle": "wemask_hook",
+    "apply_wemask": "wemask_hook",
+    "masked_layers": "wemask_hook",
+    "remove_wemask": "wemask_hook",
     "first_token_positions": "tokens",
 }
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 
 SHARED_EXPERTS = ("shared_expert", "shared_experts")  # Qwen2-MoE; DeepSeek
 PART_WORDS = {

@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..compat.transformers import attn_implementation
-from .arch import LayerParts, base_model, hidden_size, resolve_layers
-from .batch import pad, positions_of
-from .metrics import (
+from wemask_cli.compat.transformers import attn_implementation
+from wemask_cli.method.arch import LayerParts, base_model, hidden_size, resolve_layers
+from wemask_cli.method.batch import pad, positions_of
+from wemask_cli.method.metrics import (
     Tokens,
     concentration,
     first_minus_rest,
@@ -52,7 +52,7 @@ from .metrics import (
     sink_hits,
     sink_mass,
 )
-from .moe import chosen_outputs, experts_call
+from wemask_cli.method.moe import chosen_outputs, experts_call
 
 FRAC_SHARE = 0.01
 

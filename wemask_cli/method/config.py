@@ -7,8 +7,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from ..atomic import atomic_write_text
-from ..errors import WeMaskError
+from wemask_cli.runtime.atomic import atomic_write_text
+from wemask_cli.runtime.errors import WeMaskError
 
 CONFIG_NAME = "wemask_config.json"
 CONFIG_VERSION = 1

@@ -20,12 +20,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..errors import WeMaskError
-from .arch import LayerParts, resolve_layers
-from .batch import pad
-from .collect import FRAC_SHARE, PromptStats, batches, collect_stats
-from .mask import masked_layers
-from .metrics import (
+from wemask_cli.method.arch import LayerParts, resolve_layers
+from wemask_cli.method.batch import pad
+from wemask_cli.method.collect import FRAC_SHARE, PromptStats, batches, collect_stats
+from wemask_cli.method.metrics import (
     SINK_RMS,
     Tokens,
     concentration,
@@ -39,7 +37,9 @@ from .metrics import (
     sink_hits,
     sink_mass,
 )
-from .moe import jump_writer, routing_summary
+from wemask_cli.method.moe import jump_writer, routing_summary
+from wemask_cli.method.wemask_hook import masked_layers
+from wemask_cli.runtime.errors import WeMaskError
 
 # Re-exported for callers of `method.locate` (commands, locate_cache, tests, bench) besides what is defined here.
 __all__ = [

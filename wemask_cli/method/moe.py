@@ -25,7 +25,7 @@ from collections import Counter
 import torch
 from torch import nn
 
-from ..compat.transformers import apply_expert_gate
+from wemask_cli.compat.transformers import apply_expert_gate
 
 ROLES = ("up", "gate", "down")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 
 MASSIVE_RATIO = 20.0
 """A token is massive when its input norm exceeds this multiple of the median over the tokens it can see.

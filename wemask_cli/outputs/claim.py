@@ -9,13 +9,13 @@ import os
 import shutil
 from pathlib import Path
 
-from ..atomic import describe_os_error, follow_umask
-from ..errors import WeMaskError
-from ..progress import say
-from ..ranks import is_main_process
-from .files import check_writable
-from .lock import remove_quietly, take_lock
-from .manifest import MANIFEST_NAME, OURS, STAGING_NAME, Manifest, Plan, Snapshot, tree
+from wemask_cli.outputs.files import check_writable
+from wemask_cli.outputs.lock import remove_quietly, take_lock
+from wemask_cli.outputs.manifest import MANIFEST_NAME, OURS, STAGING_NAME, Manifest, Plan, Snapshot, tree
+from wemask_cli.runtime.atomic import describe_os_error, follow_umask
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.progress import say
+from wemask_cli.runtime.ranks import is_main_process
 
 
 def _listing(names: list[str], limit: int = 5) -> str:
@@ -29,7 +29,7 @@ def _entries(folder: Path) -> list[str]:
 
 def _drop_leftovers(folder: Path) -> None:
     """Remove what only wemask writes in a claimed folder and a killed command can leave: the staging folder (a link
-    in its place is unlinked) and the manifest's temporary files (atomic.py names them .NAME.*.tmp)."""
+    in its place is unlinked) and the manifest's temporary files (runtime/atomic.py names them .NAME.*.tmp)."""
     for torn in folder.glob(f".{MANIFEST_NAME}.*.tmp"):
         remove_quietly(torn)
     staging = folder / STAGING_NAME

@@ -7,8 +7,8 @@ import math
 import os
 from pathlib import Path
 
-from ..atomic import atomic_write_text
-from ..errors import WeMaskError
+from wemask_cli.runtime.atomic import atomic_write_text
+from wemask_cli.runtime.errors import WeMaskError
 
 
 def strict_json(value, path: str = "") -> tuple[object, list[str]]:

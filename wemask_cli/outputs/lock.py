@@ -15,10 +15,10 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
-from ..atomic import describe_os_error
-from ..errors import WeMaskError
-from ..progress import warn
-from .manifest import LOCK_NAME
+from wemask_cli.outputs.manifest import LOCK_NAME
+from wemask_cli.runtime.atomic import describe_os_error
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.progress import warn
 
 UNREADABLE_LOCK_GRACE_S = 60.0  # a lock file still empty after this long was torn by a killed process
 MAX_PID = 2**31 - 1  # what os.kill accepts (a C int); larger numbers raise OverflowError

@@ -12,8 +12,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..progress import warn
-from .files import atomic_write_json
+from wemask_cli.outputs.files import atomic_write_json
+from wemask_cli.runtime.progress import warn
 
 LOCK_NAME = ".wemask.lock"
 MANIFEST_NAME = ".wemask-manifest.json"

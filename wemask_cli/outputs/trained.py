@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .names import METRICS_FILE, RUN_RECORD_FILE
+from wemask_cli.outputs.names import METRICS_FILE, RUN_RECORD_FILE
 
 METRIC_KEYS = ("stage", "mode", "mask_rate", "me_layer", "select", "layers", "strength", "model", "dataset", "peft",
                "interventions", "seed")  # fmt: skip

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress
 
-from ..progress import LineProgress
+from wemask_cli.runtime.progress import LineProgress
 
 console = Console()
 err_console = Console(stderr=True)
@@ -20,7 +20,7 @@ PROMPT_CHARS = 200  # ... and characters of a prompt or completion
 
 
 class RichReporter:
-    """What `wemask_cli.progress` calls in the CLI: spinners, lines and transient bars on stderr."""
+    """What `wemask_cli.runtime.progress` calls in the CLI: spinners, lines and transient bars on stderr."""
 
     def status(self, message: str):
         return err_console.status(message)
@@ -30,7 +30,7 @@ class RichReporter:
 
     @contextmanager
     def task(self, description: str, total: int) -> Iterator[Callable[[int], None]]:
-        """A transient bar in a terminal; in a log, plain progress lines with an ETA (wemask_cli.progress)."""
+        """A transient bar in a terminal; in a log, plain progress lines with an ETA (wemask_cli.runtime.progress)."""
         if not err_console.is_terminal:
             yield LineProgress(description, total, lambda text: self.line(f"wemask: {text}")).advance
             return

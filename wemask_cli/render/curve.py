@@ -4,15 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..model_names import model_label
-from .common import (
-    is_percent,
-    log_y_axis,
-    pyplot,
-    readable_ylim,
-    save_figure,
-    use_log_axis,
-)
+from wemask_cli.models.names import model_label
+from wemask_cli.render.common import is_percent, log_y_axis, pyplot, readable_ylim, save_figure, use_log_axis
 
 FIXED = ("mask_rate", "mode", "me_layer")
 

@@ -1,10 +1,10 @@
-"""`wemask eval`: the results table and the curve (progress goes through wemask_cli.progress)."""
+"""`wemask eval`: the results table and the curve (progress goes through wemask_cli.runtime.progress)."""
 
 from __future__ import annotations
 
 from rich.table import Table
 
-from .common import format_metric, is_percent
+from wemask_cli.render.common import format_metric, is_percent
 
 FIXED = ("mask_rate", "mode", "me_layer")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.table import Table
 
-from .common import PROMPT_CHARS, PROMPT_LINES, abbreviate, console
+from wemask_cli.render.common import PROMPT_CHARS, PROMPT_LINES, abbreviate, console
 
 PROMPT_WIDTH = 24  # the prompt column's widest
 SETTING_WIDTH = 18  # a completion column's narrowest: words and numbers stay whole

@@ -7,8 +7,8 @@ from pathlib import Path
 from rich import box
 from rich.table import Table
 
-from ..model_names import model_label
-from .common import compact, num, save_figure
+from wemask_cli.models.names import model_label
+from wemask_cli.render.common import compact, num, save_figure
 
 LOCATE_COLUMNS = (  # (header, formatter, shown on narrow terminals)
     ("layer", lambda r, me: f"{r['layer']}{' ME' if r['layer'] == me else ''}", True),

@@ -9,16 +9,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from .common import (
-    fitting,
-    format_metric,
-    is_percent,
-    log_y_axis,
-    pyplot,
-    readable_ylim,
-    save_figure,
-    use_log_axis,
-)
+from wemask_cli.render.common import fitting, format_metric, is_percent, log_y_axis, pyplot, readable_ylim, save_figure, use_log_axis
 
 LABELS = ("setting", "r", "runs")
 MAX_POINTS = 30  # rows (setting and rate) a table shows; the rest are counted, and all are in --csv/--json
@@ -27,7 +18,7 @@ LEGEND_CHARS = 48  # a legend entry wraps at this width, so the legend fits insi
 
 def report_tables(rows: list[dict], width: int) -> list[Table]:
     """One table per stage (and eval task), each fitting `width` columns (see `report_table`)."""
-    from ..commands.report import points
+    from wemask_cli.commands.report import points
 
     tables = []
     for stage, task in dict.fromkeys((row["stage"], row["task"]) for row in rows):
@@ -114,7 +105,7 @@ def report_png(rows: list[dict], path: str | Path) -> Path:
 def report_figure(rows: list[dict]):
     """A panel per stage and metric: value against mask rate, a line per setting (mean over seeds, error bars the std
     across them; see draw_panel), and below them one legend, its entries wrapped to fit inside the figure."""
-    from ..commands.report import points
+    from wemask_cli.commands.report import points
 
     plt = pyplot()
     merged = [row for row in points(rows) if row["mask_rate"] is not None]

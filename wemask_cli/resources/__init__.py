@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable

@@ -14,15 +14,9 @@ import re
 import threading
 from dataclasses import dataclass
 
-from ..errors import WeMaskError
-from .extract import completion_text, extract_answer
-from .numbers import (
-    MAX_ANSWER_CHARS,
-    is_numeral,
-    normalize_answer,
-    numbers_equal,
-    parse_number,
-)
+from wemask_cli.rewards.extract import completion_text, extract_answer
+from wemask_cli.rewards.numbers import MAX_ANSWER_CHARS, is_numeral, normalize_answer, numbers_equal, parse_number
+from wemask_cli.runtime.errors import WeMaskError
 
 MATH_VERIFY_MAX_CHARS = 200
 MATH_VERIFY_TIMEOUT_S = 5  # a backstop on the main thread only: math-verify's timeout is signal.alarm

@@ -11,9 +11,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import WeMaskError
-from .extract import format_reward
-from .grader import math_reward
+from wemask_cli.rewards.extract import format_reward
+from wemask_cli.rewards.grader import math_reward
+from wemask_cli.runtime.errors import WeMaskError
 
 BUILTIN_REWARDS: dict[str, Callable] = {"math": math_reward, "format": format_reward}
 # TRL's reward names (trl/scripts/grpo.py's registry, from trl.rewards), so `--reward_funcs accuracy_reward` runs as in
@@ -161,7 +161,7 @@ def checked_reward(func: Callable, target: str, *, alone: bool) -> Callable:
     the user's function keeps its traceback, preceded by a line saying whose code raised it."""
     from functools import wraps
 
-    from ..progress import warn
+    from wemask_cli.runtime.progress import warn
 
     warned = []
 

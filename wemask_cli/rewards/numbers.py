@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 
-from .extract import MINUS_SIGNS
+from wemask_cli.rewards.extract import MINUS_SIGNS
 
 MAX_ANSWER_CHARS = 1000  # a longer extracted answer is not read (counted as unparseable)
 MAX_DIGITS = 1000  # digits of one numeral

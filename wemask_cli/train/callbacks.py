@@ -12,7 +12,7 @@ import threading
 
 from transformers import TrainerCallback
 
-from ..progress import say
+from wemask_cli.runtime.progress import say
 
 
 class BestModelRemedies(TrainerCallback):
@@ -30,7 +30,7 @@ class BestModelRemedies(TrainerCallback):
         if remedies is None or not (args.load_best_model_at_end and state.best_model_checkpoint):
             return control
         if not (args.deepspeed or args.fsdp):
-            from ..interventions import load_saved
+            from wemask_cli.interventions import load_saved
 
             remedies.load_state_dict(load_saved(state.best_model_checkpoint).weights)
         return control
@@ -185,7 +185,7 @@ class NoRewardSignal(TrainerCallback):
         logs = logs or {}
         if self.warned or logs.get("reward") != 0 or logs.get("reward_std", 0) != 0 or not state.is_world_process_zero:
             return
-        from ..progress import warn
+        from wemask_cli.runtime.progress import warn
 
         self.warned = True
         warn(f"grpo step {state.global_step}: every completion got reward 0, so the advantages and gradients are 0 "

@@ -10,7 +10,7 @@ can mark is one line naming the markers, with --train-on-prompt as the way to tr
 
 from __future__ import annotations
 
-from ..errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 
 MARKERS = "{% generation %} ... {% endgeneration %}"
 CHATML_TURNS = (  # (how a template writes one message, the same with the assistant's reply marked)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import WeMaskError, first_line
-from ..method.config import CONFIG_NAME
-from ..outputs import ADAPTER_WEIGHTS_FILE, METRICS_FILE, OURS, RUN_RECORD_FILE, OutputClaim, claim_output_dir
-from ..progress import say
+from wemask_cli.method.config import CONFIG_NAME
+from wemask_cli.outputs import ADAPTER_WEIGHTS_FILE, METRICS_FILE, OURS, RUN_RECORD_FILE, OutputClaim, claim_output_dir
+from wemask_cli.runtime.errors import WeMaskError, first_line
+from wemask_cli.runtime.progress import say
 
 PREFIX = "checkpoint"  # transformers.trainer_utils.PREFIX_CHECKPOINT_DIR, without importing transformers
 TRAINER_STATE = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME
@@ -40,8 +40,8 @@ def checkpoint_problem(path: Path, *, ours: bool = True) -> str | None:
     problem = _read_json(path / TRAINER_STATE)
     if problem:
         return problem + " (the save was interrupted)" if problem.startswith("no ") else problem
-    from ..interventions import INTERVENTIONS_FILE, load_saved
-    from ..method.config import WeMaskConfig
+    from wemask_cli.interventions import INTERVENTIONS_FILE, load_saved
+    from wemask_cli.method.config import WeMaskConfig
 
     for name, read in ((CONFIG_NAME, WeMaskConfig.load), (INTERVENTIONS_FILE, load_saved)):
         if (path / name).exists():
@@ -66,7 +66,7 @@ def _adapter_problem(path: Path) -> str | None:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    from ..finite import first_non_finite
+    from wemask_cli.runtime.finite import first_non_finite
 
     try:
         name = first_non_finite(load_file(str(path / ADAPTER_WEIGHTS_FILE)).items())
@@ -110,7 +110,7 @@ def agreed_checkpoint(directory: Path) -> str | None:
     """`resume_checkpoint` decided by the main process and sent to all (each node would otherwise pick from its own
     disk); every process must be able to read that checkpoint, else all stop: one line from the main process naming
     the ranks that cannot, and one from each of those ranks."""
-    from ..ranks import from_main, gather
+    from wemask_cli.runtime.ranks import from_main, gather
 
     chosen = from_main(lambda: resume_checkpoint(directory))
     problem = None
@@ -166,7 +166,7 @@ def warn_schedule_change(resume_from: str | None, args) -> None:
     changed = [f"{name} {started[name]} -> {now[name]}" for name in SCHEDULE_FIELDS
                if name in started and name in now and started[name] != now[name]]
     if changed:
-        from ..progress import warn
+        from wemask_cli.runtime.progress import warn
 
         warn(f"--resume changes the learning-rate schedule of the run ({'; '.join(changed)}): the restored scheduler "
              "continues with the new settings; resume with the run's own flags to keep its curve")

@@ -17,7 +17,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from ..errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 
 PRECISION_ENV = "ACCELERATE_MIXED_PRECISION"
 PRECISION_FLAGS = ("bf16", "fp16")

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..data.formats import PREFERENCE
-from ..errors import WeMaskError
-from .reference import reference_kind
-from .stage_base import Stage, TrainContext
-from .stage_registry import STAGES, StageSpec
+from wemask_cli.data.formats import PREFERENCE
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.train.reference import reference_kind
+from wemask_cli.train.stage_base import Stage, TrainContext
+from wemask_cli.train.stage_registry import STAGES, StageSpec
 
 HH_ASSISTANT = "\n\nAssistant:"
 STAGE = STAGES.register(StageSpec(
@@ -42,7 +42,7 @@ def split_implicit_prompt(example: dict, index: int | None = None) -> dict:
     Strings: the common prefix, cut after its last '\\n\\nAssistant:' (HH-RLHF transcripts) or else at its last
     whitespace, so no word is split between prompt and completion (TRL's own extraction cuts mid-word).
     """
-    from ..data import is_conversation
+    from wemask_cli.data import is_conversation
 
     chosen, rejected = example["chosen"], example["rejected"]
     if is_conversation(chosen) and is_conversation(rejected):
@@ -93,7 +93,7 @@ def split_implicit_prompt(example: dict, index: int | None = None) -> dict:
 
 def check_layout(example: dict, where: str) -> None:
     """prompt/chosen/rejected: all strings, or all conversations (TRL decides per dataset from its first row)."""
-    from ..data import is_conversation
+    from wemask_cli.data import is_conversation
 
     kinds = {
         key: "conversation" if is_conversation(example[key]) else type(example[key]).__name__

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 
 
 def requested(args) -> bool:
@@ -76,7 +76,7 @@ def shard_on_cpu(args) -> None:
     from accelerate import Accelerator
     from accelerate.utils import FullyShardedDataParallelPlugin
 
-    from ..compat.accelerate import force_fsdp
+    from wemask_cli.compat.accelerate import force_fsdp
 
     plugin = FullyShardedDataParallelPlugin(**settings(args)) if getattr(args, "fsdp_plugin_args", None) else FullyShardedDataParallelPlugin()
     if args.mixed_precision != "no":
@@ -102,7 +102,7 @@ def callbacks(args) -> list:
         return []
     from transformers import TrainerCallback
 
-    from ..progress import say
+    from wemask_cli.runtime.progress import say
 
     class ShardReport(TrainerCallback):
         def on_train_begin(self, args, state, control, model=None, **kwargs):

@@ -26,12 +26,12 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..data.formats import PROMPTS
-from ..errors import WeMaskError
-from ..method.config import WeMaskConfig
-from .recipe import recipe_path
-from .stage_base import Stage, TrainContext
-from .stage_registry import STAGES, StageFlag, StageSpec
+from wemask_cli.data.formats import PROMPTS
+from wemask_cli.method.config import WeMaskConfig
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.train.recipe import recipe_path
+from wemask_cli.train.stage_base import Stage, TrainContext
+from wemask_cli.train.stage_registry import STAGES, StageFlag, StageSpec
 
 DEFAULT_REWARDS = ("math",)
 GSM8K_COLUMNS = ("question", "answer")
@@ -109,7 +109,7 @@ def chat_template_choice(value) -> bool | None:
 
 def mask_requested(opts: dict, mask) -> bool:
     """Whether the resolved options ask for an active mask (a rate > 0, or a model that carries one)."""
-    from ..method.config import find_saved_config
+    from wemask_cli.method.config import find_saved_config
 
     if mask.strength is not None and float(mask.strength) == 0.0:
         return False
@@ -130,7 +130,7 @@ def recipe_relative(spec: str, recipe: str | None) -> str:
 
 def check_rewards(opts: dict, args) -> tuple[list, list[float]]:
     """Load every reward (one clear line on a bad one) and settle the weights into args.reward_weights."""
-    from ..rewards import load_rewards, parse_reward_spec
+    from wemask_cli.rewards import load_rewards, parse_reward_spec
 
     specs = [recipe_relative(spec, opts.get("config")) for spec in reward_specs(opts.get("reward"))]
     funcs, weights = load_rewards(specs)
@@ -160,8 +160,8 @@ def prepare_dataset(dataset, tokenizer, chat_template: bool | None, rewards: lis
     """
     if dataset is None:
         return None
-    from ..data import is_conversation
-    from ..rewards import math_reward, require_references
+    from wemask_cli.data import is_conversation
+    from wemask_cli.rewards import math_reward, require_references
 
     columns = set(dataset.column_names)
     gsm8k = "prompt" not in columns and set(GSM8K_COLUMNS) <= columns
@@ -197,7 +197,7 @@ class GRPOStage(Stage):
     spec = STAGE
 
     def __init__(self) -> None:
-        from ..engines.vllm.colocate import silence_trl_version_warning
+        from wemask_cli.engines.vllm.colocate import silence_trl_version_warning
 
         super().__init__()
         self.rewards: list = []  # loaded and checked by check(), before the model loads
@@ -219,7 +219,7 @@ class GRPOStage(Stage):
     def build_trainer(self, ctx: TrainContext):
         from trl import GRPOTrainer
 
-        from .callbacks import NoRewardSignal
+        from wemask_cli.train.callbacks import NoRewardSignal
 
         chat = ctx.options.get("chat_template")
         train = prepare_dataset(ctx.train_dataset, ctx.tokenizer, chat, self.rewards)
@@ -236,7 +236,7 @@ class GRPOStage(Stage):
         model with the adapter disabled); then TRL's colocated vLLM engine, which generates, gets the mask too."""
         config = super().install(trainer, ctx)
         if ctx.args.use_vllm:
-            from ..engines.vllm.colocate import engine_mask_check, mask_rollouts
+            from wemask_cli.engines.vllm.colocate import engine_mask_check, mask_rollouts
 
             installed = mask_rollouts(trainer, config)  # reads TRL's settings through checked names (compat.vllm)
             trainer.add_callback(engine_mask_check(trainer, installed.dims if installed else None))
@@ -250,7 +250,7 @@ def check_vllm(resolved, aware_mask: bool) -> None:
     """--use-vllm: what vLLM cannot run, in one line before any model loads."""
     import torch
 
-    from ..engines.vllm.support import check_folder_architecture, require_vllm
+    from wemask_cli.engines.vllm.support import check_folder_architecture, require_vllm
 
     args = resolved.args
     if args.vllm_mode == "server" and (args.use_cpu or not torch.cuda.is_available()):
@@ -263,7 +263,7 @@ def check_vllm(resolved, aware_mask: bool) -> None:
         raise WeMaskError(VLLM_QUANTIZED.format(bits=bits))
     require_vllm()
     if aware_mask and resolved.mask.rates is not None:
-        from ..engines.vllm.mask import check_config
+        from wemask_cli.engines.vllm.tensor_mask import check_config
 
         mask = resolved.mask  # the saved config of a --model without --mask-rate is checked when it is installed
         check_config(WeMaskConfig(mask_rate=max(mask.rates), layers="all", tokens=mask.tokens or "first", select=mask.select or "weight"))
@@ -279,8 +279,8 @@ def vllm_engine(ctx: TrainContext):
     if not (args.use_vllm and args.vllm_mode == "colocate"):
         yield
         return
-    from ..engines.vllm.colocate import colocated_engine
-    from ..engines.vllm.memory import VllmJob
+    from wemask_cli.engines.vllm.colocate import colocated_engine
+    from wemask_cli.engines.vllm.memory import VllmJob
 
     dtype = None if (args.bf16 or args.fp16) else ctx.model.dtype  # mixed precision: vLLM's own choice
     masked = ctx.wemask.mode == "aware" and ctx.wemask.active

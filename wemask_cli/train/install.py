@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import WeMaskError
-from ..method.config import WeMaskConfig
+from wemask_cli.method.config import WeMaskConfig
+from wemask_cli.runtime.errors import WeMaskError
 
 
 @dataclass
@@ -30,7 +30,7 @@ class StageInstallation:
     def save(self, directory, wemask: WeMaskConfig | None = None) -> None:
         """interventions.json (+ interventions.safetensors with the remedies' current weights) and
         wemask_config.json, each written atomically; `wemask`: the config to record (default: the one installed)."""
-        from ..interventions import WeMask, save_configs
+        from wemask_cli.interventions import WeMask, save_configs
 
         configs = [WeMask(wemask or self.wemask)] + (self.remedies.configs if self.remedies else [])
         save_configs(directory, configs, self.remedies.state_dict() if self.remedies else None)
@@ -52,15 +52,15 @@ def is_peft(model) -> bool:
 
 def zero3_gather(model):
     """Under DeepSpeed ZeRO-3 the norm weights are partitioned: gather them (a collective) to choose dims."""
-    from ..method.arch import resolve_layers
-    from .distributed import gathered
+    from wemask_cli.method.arch import resolve_layers
+    from wemask_cli.train.distributed import gathered
 
     return gathered([parts.mask_norm.weight for parts in resolve_layers(model) if parts.mask_norm is not None])
 
 
 def install_mask(model, config: WeMaskConfig, *, active: Callable[[], bool] | None = None):
     """WeMask on `model` (weights gathered under ZeRO-3); returns its Installation (`.wemask` has the dims)."""
-    from ..interventions import install_all
+    from wemask_cli.interventions import install_all
 
     with zero3_gather(model):
         return install_all(model, [config], active=active)
@@ -69,7 +69,7 @@ def install_mask(model, config: WeMaskConfig, *, active: Callable[[], bool] | No
 def install_on_policy(trainer, ctx, *, mask_active=None, remedies_active=None) -> StageInstallation:
     """WeMask and the remedies on `trainer.model`. `mask_active` / `remedies_active`: predicates that let the
     hooks step aside (DPO's unmasked reference pass; a PEFT reference pass, which must not see trained remedies)."""
-    from ..interventions import install_all
+    from wemask_cli.interventions import install_all
 
     config, model = ctx.wemask, trainer.model
     done = StageInstallation(config.with_updates(dims=None))
@@ -90,8 +90,8 @@ def free_mode_dims(model, config: WeMaskConfig) -> WeMaskConfig:
     """For free mode: the dims `wemask infer` would pick on the weights being saved (SPEC: a function of the
     weights at the moment the mask is applied). Falls back to the recorded dims when weights are sharded or the
     selection needs a forward pass (select=activation)."""
-    from ..method.arch import base_model, resolve_layers
-    from ..method.mask import apply_wemask
+    from wemask_cli.method.arch import base_model, resolve_layers
+    from wemask_cli.method.wemask_hook import apply_wemask
 
     if not config.active or config.select == "activation":
         return config
@@ -110,7 +110,7 @@ def requested_wemask(resolved, loaded) -> WeMaskConfig:
     """
     from transformers.integrations import is_deepspeed_zero3_enabled
 
-    from ..method.arch import decoder_layers
+    from wemask_cli.method.arch import decoder_layers
 
     opts, mask = resolved.opts, resolved.mask
     if mask.effective_me_layer(loaded.saved_wemask) == "auto" and is_deepspeed_zero3_enabled():
@@ -156,7 +156,7 @@ def default_lora_targets(model) -> list[str] | None:
     import torch
     from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_DEFAULTS
 
-    from ..method.arch import model_type, resolve_layers
+    from wemask_cli.method.arch import model_type, resolve_layers
 
     parts = resolve_layers(model)
     known = PEFT_DEFAULTS.get(model_type(model))

@@ -8,10 +8,10 @@ data declaration are the whole stage: nothing else in wemask names it but the bu
 
 from __future__ import annotations
 
-from ..data.unpaired import UNPAIRED
-from .reference import reference_kind
-from .stage_base import Stage, TrainContext
-from .stage_registry import STAGES, StageSpec
+from wemask_cli.data.unpaired import UNPAIRED
+from wemask_cli.train.reference import reference_kind
+from wemask_cli.train.stage_base import Stage, TrainContext
+from wemask_cli.train.stage_registry import STAGES, StageSpec
 
 FIRST_STEP_KEYS = ("loss", "kl", "rewards/chosen", "rewards/rejected", "rewards/margins", "logps/chosen", "logps/rejected")
 STAGE = STAGES.register(StageSpec(
@@ -50,7 +50,7 @@ class KTOStage(Stage):
     def extra_metrics(self, trainer) -> dict:
         """The reference policy, the layers WeMask hooks on the policy and on a separate reference (None: there is
         none), and the first logged step (its rewards are 0 with --ref-mask same)."""
-        from ..method.mask import masked_layers
+        from wemask_cli.method.wemask_hook import masked_layers
 
         first = next((entry for entry in trainer.state.log_history if "kl" in entry or "rewards/chosen" in entry), {})
         reference = getattr(trainer, "ref_model", None)

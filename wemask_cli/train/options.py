@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 
 MODES = ("aware", "free")
 TRL_PANEL = "TRL ModelConfig options"
@@ -139,7 +139,7 @@ def check_options(opts: dict, stage_name: str, mask) -> None:
     if (opts["load_in_4bit"] or opts["load_in_8bit"]) and not opts["use_peft"]:
         raise WeMaskError("quantized (4/8-bit) weights cannot be fully fine-tuned: add --use-peft to train LoRA adapters on them")
     if opts["load_in_4bit"] or opts["load_in_8bit"]:
-        from ..models import quantization_config
+        from wemask_cli.models.quantization import quantization_config
 
         quantization_config("4bit" if opts["load_in_4bit"] else "8bit", opts["bnb_4bit_quant_type"])  # now, not after loading
     if opts["overwrite"] and opts["resume"]:

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from ..progress import say
+from wemask_cli.runtime.progress import say
 
 SAFETENSORS_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}
 

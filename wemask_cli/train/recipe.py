@@ -8,8 +8,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import WeMaskError, first_line
-from .trl_vocabulary import canonical_key
+from wemask_cli.runtime.errors import WeMaskError, first_line
+from wemask_cli.train.trl_vocabulary import canonical_key
 
 
 @dataclass

@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..method.config import WeMaskConfig
-from ..outputs import METRICS_FILE, RUN_RECORD_FILE, atomic_write_json, strict_json
-from ..versions import RUN_LIBRARIES, library_versions
+from wemask_cli.method.config import WeMaskConfig
+from wemask_cli.outputs import METRICS_FILE, RUN_RECORD_FILE, atomic_write_json, strict_json
+from wemask_cli.runtime.versions import RUN_LIBRARIES, library_versions
 
 
 def versions() -> dict:
@@ -61,8 +61,8 @@ class RunRecord:
         """Save the model's tied weights once (tied.py), write the interventions (configs, the remedies' weights,
         wemask_config.json), then the run record (the checkpoint's completion mark), each atomically; returns the
         WeMask config written (free mode: dims from the weights saved)."""
-        from .install import free_mode_dims
-        from .tied import save_tied_once
+        from wemask_cli.train.install import free_mode_dims
+        from wemask_cli.train.tied import save_tied_once
 
         directory = Path(directory)
         if model is not None:

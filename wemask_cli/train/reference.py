@@ -23,10 +23,10 @@ separate reference with their starting weights, frozen; under PEFT they step asi
 
 from __future__ import annotations
 
-from ..errors import WeMaskError
-from ..method.config import WeMaskConfig
-from ..progress import say
-from .install import StageInstallation, install_mask, install_on_policy, is_peft
+from wemask_cli.method.config import WeMaskConfig
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.progress import say
+from wemask_cli.train.install import StageInstallation, install_mask, install_on_policy, is_peft
 
 REF_MASKS = ("same", "none")
 
@@ -94,7 +94,7 @@ def reference_kind(trainer) -> str:
 
 def name_masked_reference(dataset, config: WeMaskConfig):
     """Make TRL's precomputed-reference cache key depend on the mask (it hashes the dataset and the weights only)."""
-    from ..compat.datasets import fingerprint, set_fingerprint
+    from wemask_cli.compat.datasets import fingerprint, set_fingerprint
 
     if fingerprint(dataset) is None:
         return dataset
@@ -107,7 +107,7 @@ def name_masked_reference(dataset, config: WeMaskConfig):
 def install_on_reference(trainer, done: StageInstallation, *, mask: bool):
     """A separate reference model (TRL's `ref_model`) gets the policy's starting state: WeMask with the same dims
     (when `mask`) and the remedies with their starting weights, frozen. Returns it (None: no separate one)."""
-    from ..interventions import install_all
+    from wemask_cli.interventions import install_all
 
     reference = getattr(trainer, "ref_model", None)
     if reference is None:

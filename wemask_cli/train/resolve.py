@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..compat.argparse import parser_actions
-from ..errors import WeMaskError, first_line
-from .distributed import apply_launcher_precision, check_deepspeed_config
-from .options import CLI_ONLY, DEFAULTS, KINDS, TrainOptions, given_options
-from .recipe import Recipe, read_recipe, recipe_path
-from .trl_values import check_trl_value
+from wemask_cli.compat.argparse import parser_actions
+from wemask_cli.runtime.errors import WeMaskError, first_line
+from wemask_cli.train.distributed import apply_launcher_precision, check_deepspeed_config
+from wemask_cli.train.options import CLI_ONLY, DEFAULTS, KINDS, TrainOptions, given_options
+from wemask_cli.train.recipe import Recipe, read_recipe, recipe_path
+from wemask_cli.train.trl_values import check_trl_value
 
 
 @dataclass
@@ -178,7 +178,7 @@ def hardware_defaults(config_class) -> dict:
 
 def intervention_options() -> dict:
     """{option key: type} of every registered intervention's flags (GatedNorm, PreAffine, ...); None = not given."""
-    from ..interventions import flag_specs
+    from wemask_cli.interventions import flag_specs
 
     return {spec.dest: spec.type for spec in flag_specs()}
 
@@ -235,7 +235,7 @@ def default_eval_data(resolved: dict, source: dict, eval_strategy) -> None:
 
 def resolve(stage, options: TrainOptions, extra_args: list[str]) -> Resolved:
     """Resolve the run's settings and parse the WeMask flags once (MaskRequest)."""
-    from ..masking import MaskRequest
+    from wemask_cli.mask_request.flags import MaskRequest
 
     config_class = stage.config_class()
     parser = trl_parser(config_class)
@@ -274,7 +274,7 @@ def resolve(stage, options: TrainOptions, extra_args: list[str]) -> Resolved:
         mask_rate=resolved["mask_rate"], me_layer=resolved["me_layer"], select=resolved["select"], layers=resolved["layers"],
         strength=resolved["strength"], tokens=resolved["tokens"], seed=args.seed if resolved["mask_rate"] is not None else None,  # select=random
     )
-    from ..interventions import configs_from_options
+    from wemask_cli.interventions import configs_from_options
 
     remedies = configs_from_options({key: resolved[key] for key in intervention_options()})
     return Resolved(resolved, args, {"wemask": source, "trl": trl_source}, mask, remedies)

@@ -16,16 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import WeMaskError
-from ..method.config import WeMaskConfig
-from ..outputs import check_inputs_outside, describe_os_error
-from ..progress import say
-from . import fsdp
-from .checkpoints import PREFIX, TRAINER_STATE, barrier, checkpoint_problem, checkpoints, claim_run_folder
-from .distributed import check_quantized_sharding, run_facts
-from .options import TrainOptions, check_options
-from .resolve import resolve
-from .stage_base import Stage, TrainContext
+from wemask_cli.method.config import WeMaskConfig
+from wemask_cli.outputs import check_inputs_outside, describe_os_error
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.progress import say
+from wemask_cli.train import fsdp
+from wemask_cli.train.checkpoints import PREFIX, TRAINER_STATE, barrier, checkpoint_problem, checkpoints, claim_run_folder
+from wemask_cli.train.distributed import check_quantized_sharding, run_facts
+from wemask_cli.train.options import TrainOptions, check_options
+from wemask_cli.train.resolve import resolve
+from wemask_cli.train.stage_base import Stage, TrainContext
 
 
 @dataclass
@@ -41,12 +41,13 @@ class RunResult:
 
 def load_inputs(stage: Stage, opts: dict, args):
     """(train dataset, eval dataset, data format, loaded model) for the resolved options."""
-    from ..data import load_training_data
-    from ..models import load_model, resolve_source
+    from wemask_cli.data import load_training_data
+    from wemask_cli.models.loading import load_model
+    from wemask_cli.models.sources import resolve_source
 
     with args.main_process_first(desc="loading data"):
         if opts.get("datasets"):  # TRL's mixture (recipe key); test_split_size holds out its eval set
-            from ..data.mixture import load_mixture
+            from wemask_cli.data.mixture import load_mixture
 
             if opts["dataset"]:
                 say("datasets: the recipe's mixture is read and --dataset is left out, as TRL's scripts do")
@@ -83,7 +84,7 @@ def load_inputs(stage: Stage, opts: dict, args):
 def wemask_for_run(resolved, loaded, saved) -> WeMaskConfig:
     """The WeMask config to train with: the flags' (install.requested_wemask), or a resumed checkpoint's
     (`saved`), which must match the flags when they ask for a mask."""
-    from .install import requested_wemask
+    from wemask_cli.train.install import requested_wemask
 
     if saved is None:
         return requested_wemask(resolved, loaded)
@@ -130,7 +131,7 @@ def check_remedies_fit(resolved) -> None:
     the output folder is claimed or any weights load."""
     if not resolved.remedies:
         return
-    from ..models import hidden_size
+    from wemask_cli.models.sources import hidden_size
 
     size = hidden_size(resolved.opts["model"])
     for remedy in resolved.remedies if size else ():
@@ -139,7 +140,7 @@ def check_remedies_fit(resolved) -> None:
 
 def run_inputs(opts: dict) -> list[tuple[str, str]]:
     """The (flag, path) of what a training run reads (hub names are skipped by the check)."""
-    from ..models import model_inputs
+    from wemask_cli.models.sources import model_inputs
 
     found = [*model_inputs(opts.get("model")), ("--dataset", opts.get("dataset")), ("--eval-dataset", opts.get("eval_dataset"))]
     rewards = [str(spec).partition(".py:")[0] + ".py" for spec in opts.get("reward") or () if ".py:" in str(spec)]
@@ -165,8 +166,8 @@ def run(stage: Stage, options: TrainOptions, extra_args: list[str] = (), callbac
 
 def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None, callbacks: list) -> RunResult:
     """The run once the folder is claimed: set up, train, save; the steps of one run in order."""
-    from .saving import StagedSaves
-    from .steps import plain_logs
+    from wemask_cli.train.saving import StagedSaves
+    from wemask_cli.train.steps import plain_logs
 
     args = resolved.args
     ctx, record, interrupt, divergence = _run_context(stage, resolved, resume_from, callbacks)
@@ -190,12 +191,12 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
 
 def _run_context(stage: Stage, resolved, resume_from: str | None, callbacks: list):
     """The run's inputs and record: data, model, mask and remedies (resumed ones from the checkpoint), callbacks."""
-    from ..data import content_sha256
-    from ..interventions import load_saved
-    from .callbacks import Interrupt, StopOnNonFinite
-    from .checkpoints import warn_schedule_change
-    from .install import lora_config
-    from .records import RunRecord
+    from wemask_cli.data import content_sha256
+    from wemask_cli.interventions import load_saved
+    from wemask_cli.train.callbacks import Interrupt, StopOnNonFinite
+    from wemask_cli.train.checkpoints import warn_schedule_change
+    from wemask_cli.train.install import lora_config
+    from wemask_cli.train.records import RunRecord
 
     opts, args = resolved.opts, resolved.args
     train_dataset, eval_dataset, fmt, loaded = load_inputs(stage, opts, args)
@@ -218,7 +219,7 @@ def _run_context(stage: Stage, resolved, resume_from: str | None, callbacks: lis
 
 def _run_trainer(trainer, interrupt, output: Path, resume_from: str | None) -> float:
     """trainer.train(), Ctrl-C and a full disk handled; the seconds it took."""
-    from .callbacks import TrainingAlreadyDone
+    from wemask_cli.train.callbacks import TrainingAlreadyDone
 
     start = time.perf_counter()
     with interrupt, disk_errors(trainer, output):
@@ -232,7 +233,7 @@ def _run_trainer(trainer, interrupt, output: Path, resume_from: str | None) -> f
 def _save_final(trainer, saves, ctx: TrainContext, stage: Stage, record, output: Path, seconds: float,
                 resume_from: str | None, config: WeMaskConfig):
     """The final evaluation (when TRL ran none), the final save and the run's records; (config, metrics)."""
-    from .records import write_metrics
+    from wemask_cli.train.records import write_metrics
 
     eval_dataset, args = ctx.eval_dataset, ctx.args
     eval_metrics = trainer.evaluate() if eval_dataset is not None and _eval_strategy(args) == "no" else {}  # else TRL's
@@ -262,9 +263,9 @@ def _eval_strategy(args) -> str:
 
 def run_callbacks(callbacks: list, args, interrupt, record, divergence) -> list:
     """The trainer callbacks of a run: the caller's, FSDP's, then wemask's own (see callbacks.py, precision.py)."""
-    from .callbacks import BestModelRemedies, FinishedAtResume, LogLastStep, SaveOnInterrupt
-    from .precision import PrecisionProbe
-    from .steps import StepLines
+    from wemask_cli.train.callbacks import BestModelRemedies, FinishedAtResume, LogLastStep, SaveOnInterrupt
+    from wemask_cli.train.precision import PrecisionProbe
+    from wemask_cli.train.steps import StepLines
 
     record.precision = PrecisionProbe()
     return [*callbacks, *fsdp.callbacks(args), record.precision, SaveOnInterrupt(interrupt), BestModelRemedies(record), divergence,

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from ..compat.transformers import checkpoint_save, stage_checkpoint_saves
-from ..outputs import METRICS_FILE, STAGING_NAME, atomic_write_json
-from ..progress import warn
-from .checkpoints import PREFIX, TRAINER_STATE, barrier, checkpoints
+from wemask_cli.compat.transformers import checkpoint_save, stage_checkpoint_saves
+from wemask_cli.outputs import METRICS_FILE, STAGING_NAME, atomic_write_json
+from wemask_cli.runtime.progress import warn
+from wemask_cli.train.checkpoints import PREFIX, TRAINER_STATE, barrier, checkpoints
 
 
 class StagedSaves(TrainerCallback):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..data.formats import SUPERVISED
-from ..progress import say
-from .stage_base import Stage, TrainContext
-from .stage_registry import STAGES, StageFlag, StageSpec
+from wemask_cli.data.formats import SUPERVISED
+from wemask_cli.runtime.progress import say
+from wemask_cli.train.stage_base import Stage, TrainContext
+from wemask_cli.train.stage_registry import STAGES, StageFlag, StageSpec
 
 STAGE = STAGES.register(StageSpec(
     "sft",
@@ -36,7 +36,7 @@ class SFTStage(Stage):
     def build_trainer(self, ctx: TrainContext):
         from trl import SFTTrainer
 
-        from .chat_templates import configure_response_loss
+        from wemask_cli.train.chat_templates import configure_response_loss
 
         say(f"sft: the loss covers {configure_response_loss(ctx)}")
         trainer = SFTTrainer(

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..errors import WeMaskError
-from ..method.config import WeMaskConfig
-from ..progress import say
-from .reference import Reference, check_ref_mask
-from .stage_registry import StageSpec
+from wemask_cli.method.config import WeMaskConfig
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.progress import say
+from wemask_cli.train.reference import Reference, check_ref_mask
+from wemask_cli.train.stage_registry import StageSpec
 
 
 @dataclass
@@ -89,7 +89,7 @@ class Stage:
     def install(self, trainer, ctx: TrainContext) -> WeMaskConfig:
         """Put WeMask (and the other interventions) on the model TRL trains, and on its reference per the spec's
         policy; returns the WeMask config with dims."""
-        from .install import install_on_policy
+        from wemask_cli.train.install import install_on_policy
 
         self.installation = self.reference.install(trainer, ctx) if self.reference else install_on_policy(trainer, ctx)
         return self.installation.wemask

@@ -14,9 +14,9 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from ..data.formats import TrainingData
-from ..plugins import declared, left_out
-from ..registry import Registry, RegistryError
+from wemask_cli.data.formats import TrainingData
+from wemask_cli.runtime.plugins import declared, left_out
+from wemask_cli.runtime.registry import Registry, RegistryError
 
 PLUGIN_GROUP = "wemask.stages"
 BUILTIN = ("sft", "dpo", "grpo", "kto")  # modules of this package, each with a STAGE spec, in `wemask --help` order

@@ -7,7 +7,7 @@ import sys
 
 from transformers import TrainerCallback
 
-from ..progress import LineProgress, lines
+from wemask_cli.runtime.progress import LineProgress, lines
 
 
 class StepLines(TrainerCallback):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..atomic import atomic_write, atomic_write_text
+from wemask_cli.runtime.atomic import atomic_write, atomic_write_text
 
 INDEX_FILE = "model.safetensors.index.json"
 

@@ -15,10 +15,10 @@ import difflib
 import json
 from functools import cache
 
-from ..atomic import atomic_write_text
-from ..cache import cache_dir
-from ..errors import WeMaskError
-from ..versions import library_versions
+from wemask_cli.runtime.atomic import atomic_write_text
+from wemask_cli.runtime.cache_dir import cache_dir
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.versions import library_versions
 
 LIBRARIES = ("trl", "transformers")  # whose releases the cached spellings depend on
 

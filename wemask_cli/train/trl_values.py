@@ -12,8 +12,8 @@ import types
 import typing
 from functools import cache
 
-from ..errors import WeMaskError
-from .recipe import KIND_NAMES
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.train.recipe import KIND_NAMES
 
 ANY = object  # a field type we do not check (ParallelismConfig, Any, ...)
 

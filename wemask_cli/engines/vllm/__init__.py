@@ -19,11 +19,11 @@ __all__ = sorted(MASK_NAMES + SUPPORT_NAMES)
 
 def __getattr__(name: str):
     if name in MASK_NAMES:
-        from . import mask
+        from wemask_cli.engines.vllm import tensor_mask as mask
 
         return getattr(mask, name)
     if name in SUPPORT_NAMES:
-        from . import support
+        from wemask_cli.engines.vllm import support
 
         return getattr(support, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

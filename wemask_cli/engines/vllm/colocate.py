@@ -34,8 +34,8 @@ import warnings
 
 import torch
 
-from ...method.config import WeMaskConfig
-from .mask import BUFFER, VllmEngineError, current_mask, install_wemask
+from wemask_cli.engines.vllm.tensor_mask import BUFFER, VllmEngineError, current_mask, install_wemask
+from wemask_cli.method.config import WeMaskConfig
 
 TRL_VERSION_WARNING = r"TRL currently supports vLLM versions from 0\.22\.0 to 0\.31\.0\. You have version 0\.32\."
 ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
@@ -66,7 +66,7 @@ def keep_weight(packed, layer: torch.nn.Module, remove_weight: bool) -> None:
 def engine_defaults(model, dtype: torch.dtype | None, cpu: bool, job) -> dict:
     """What TRL's `LLM(...)` call gets unless it passes it: `dtype` (None: vLLM's choice) and, on CPU, eager mode and
     a KV cache sized for `job` (a memory.VllmJob; a user's VLLM_CPU_KVCACHE_SPACE is respected)."""
-    from .memory import engine_memory
+    from wemask_cli.engines.vllm.memory import engine_memory
 
     defaults = {} if dtype is None else {"dtype": dtype}
     if cpu:
@@ -84,10 +84,10 @@ def colocated_engine(model, dtype: torch.dtype | None, *, masked: bool, job=None
     the mask also where vLLM compiles the model (GPU). `job`: the rollouts' memory.VllmJob (generation batch,
     --vllm-max-model-length).
     """
-    from ...compat.vllm import cpu_linear_dispatch, trl_engine_defaults
-    from .memory import VllmJob
-    from .plugin import ARM_VARIABLE, activate
-    from .support import require_vllm
+    from wemask_cli.compat.vllm import cpu_linear_dispatch, trl_engine_defaults
+    from wemask_cli.engines.vllm.memory import VllmJob
+    from wemask_cli.engines.vllm.plugin import ARM_VARIABLE, activate
+    from wemask_cli.engines.vllm.support import require_vllm
 
     for name, value in ENGINE_ENV.items():
         os.environ.setdefault(name, value)
@@ -124,7 +124,7 @@ def mask_rollouts(trainer, config: WeMaskConfig) -> WeMaskConfig | None:
     """Make TRL's colocated engine generate as the trained model does: `config` (dims recorded by the hooks'
     install) when aware and active, else no mask (also over a mask the plugin installed from a saved run's
     folder). Returns the config installed in the engine (None: no mask, or no colocated engine)."""
-    from ...compat.vllm import colocated_llm
+    from wemask_cli.compat.vllm import colocated_llm
 
     llm = colocated_llm(trainer)
     if llm is None:
@@ -142,7 +142,7 @@ def mask_rollouts(trainer, config: WeMaskConfig) -> WeMaskConfig | None:
 
 def check_engine_mask(trainer, expected: dict | None) -> None:
     """After a step: TRL's colocated engine still holds the trained model's mask ({layer: dims}; None: no mask)."""
-    from ...compat.vllm import colocated_llm
+    from wemask_cli.compat.vllm import colocated_llm
 
     llm = colocated_llm(trainer)
     held = llm.apply_model(current_mask)[0] if llm is not None else None

@@ -14,10 +14,10 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from ...method.config import WeMaskConfig
-from ..base import ENGINES, Engine, EngineRequest
-from .memory import DEFAULT_SEQUENCES, VllmJob
-from .plugin import ARM_VARIABLE, activate
+from wemask_cli.engines.base import ENGINES, Engine, EngineRequest
+from wemask_cli.engines.vllm.memory import DEFAULT_SEQUENCES, VllmJob
+from wemask_cli.engines.vllm.plugin import ARM_VARIABLE, activate
+from wemask_cli.method.config import WeMaskConfig
 
 
 @ENGINES.register
@@ -29,8 +29,8 @@ class VllmEngine(Engine):
 
     def __init__(self, source: str, dtype: str, seed: int = 0, enforce_eager: bool | None = None,
                  job: VllmJob | None = None):
-        from .memory import engine_memory, memory_override, start_errors
-        from .support import folder_config, require_vllm
+        from wemask_cli.engines.vllm.memory import engine_memory, memory_override, start_errors
+        from wemask_cli.engines.vllm.support import folder_config, require_vllm
 
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # apply_model runs our functions in-process
         os.environ[ARM_VARIABLE] = "1"
@@ -61,8 +61,8 @@ class VllmEngine(Engine):
 
     def check_saved_mask(self, source: str) -> None:
         """The folder's saved mask is what the engine holds (a loader the plugin missed would serve it unmasked)."""
-        from .mask import VllmEngineError, current_mask
-        from .support import saved_wemask_for_vllm
+        from wemask_cli.engines.vllm.support import saved_wemask_for_vllm
+        from wemask_cli.engines.vllm.tensor_mask import VllmEngineError, current_mask
 
         saved = saved_wemask_for_vllm(source)
         if saved is None or not saved.active:
@@ -76,7 +76,7 @@ class VllmEngine(Engine):
 
     def install(self, config: WeMaskConfig | None) -> WeMaskConfig | None:
         """Install `config` (None: no mask) in every worker; cached prefixes computed under another mask are dropped."""
-        from .mask import install_wemask
+        from wemask_cli.engines.vllm.tensor_mask import install_wemask
 
         installed = self.llm.apply_model(lambda model: install_wemask(model, config))[0]
         self.llm.reset_prefix_cache()
@@ -126,8 +126,8 @@ class VllmEngine(Engine):
 
 def check_request(request, source: str) -> WeMaskConfig | None:
     """Before any model loads: the folder's saved mask and remedies, the flags. Returns the saved mask."""
-    from .mask import VllmEngineError, check_config
-    from .support import check_folder_architecture, saved_wemask_for_vllm
+    from wemask_cli.engines.vllm.support import check_folder_architecture, saved_wemask_for_vllm
+    from wemask_cli.engines.vllm.tensor_mask import VllmEngineError, check_config
 
     if (Path(source) / "adapter_config.json").is_file():
         raise VllmEngineError(
@@ -155,9 +155,10 @@ def vllm_dtype(dtype: str) -> str:
 def load_vllm(spec: str | None, dtype: str, request, job: VllmJob | None = None) -> tuple[VllmEngine, list]:
     """(the started VllmEngine, the mask configs to run). `--me-layer auto` locates the ME layer with the
     transformers model first (cached per model), which is freed before vLLM starts."""
-    from ...models import LoadedModel, load_model, load_tokenizer, resolve_dtype, resolve_source, saved_run
-    from .mask import check_config
-    from .support import require_finite_folder, require_vllm, warn_version_once
+    from wemask_cli.engines.vllm.support import require_finite_folder, require_vllm, warn_version_once
+    from wemask_cli.engines.vllm.tensor_mask import check_config
+    from wemask_cli.models.loading import LoadedModel, load_model, load_tokenizer, resolve_dtype, saved_run
+    from wemask_cli.models.sources import resolve_source
 
     require_vllm()  # before the embedded model is converted or anything is read
     warn_version_once()

@@ -16,7 +16,7 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ...errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 
 GIB = 1 << 30
 DEFAULT_SEQUENCES = 8

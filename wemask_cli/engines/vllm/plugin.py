@@ -64,7 +64,7 @@ def carries_wemask(folder: str) -> bool:
 
 def activate() -> None:
     """Wrap every model loader's `load_model` (once per process); a CompatError when vLLM's loaders moved."""
-    from ...compat.vllm import wrap_model_loaders
+    from wemask_cli.compat.vllm import wrap_model_loaders
 
     wrap_model_loaders(masked_load_model)
 
@@ -86,8 +86,8 @@ def masked_load_model(original):
 
 
 def load_masked(original, loader, vllm_config, model_config, *args, **kwargs):
-    from .mask import SUPPORTED_ARCHITECTURES, VllmEngineError, arm, compiles, install_wemask, unsupported_architecture
-    from .support import require_finite_folder, saved_wemask_for_vllm
+    from wemask_cli.engines.vllm.support import require_finite_folder, saved_wemask_for_vllm
+    from wemask_cli.engines.vllm.tensor_mask import SUPPORTED_ARCHITECTURES, VllmEngineError, arm, compiles, install_wemask, unsupported_architecture
 
     config = saved_wemask_for_vllm(model_config.model)  # a VllmEngineError (one line) before any weight loads
     saved = config is not None and config.active
@@ -114,7 +114,7 @@ def load_masked(original, loader, vllm_config, model_config, *args, **kwargs):
 
 def announce(config, armed: bool) -> None:
     """Say what this engine holds, truthfully: the saved mask, an armed compiled model, or nothing (eager)."""
-    from .support import warn_version_once
+    from wemask_cli.engines.vllm.support import warn_version_once
 
     warn_version_once()
     if config is not None:
@@ -134,5 +134,5 @@ def mask_code_fingerprint() -> str:
     """A hash of the masked forward's source file: the compiled graph depends on it, not on the dims (a buffer)."""
     from importlib.resources import files
 
-    source = files(__package__).joinpath("mask.py").read_bytes()  # the installed module's own file (wheel or checkout)
+    source = files(__package__).joinpath("tensor_mask.py").read_bytes()  # the installed module's own file (wheel or checkout)
     return hashlib.sha256(source).hexdigest()[:16]

@@ -8,10 +8,10 @@ import os
 import sys
 from pathlib import Path
 
-from ...compat.vllm import VERIFIED
-from ...errors import WeMaskError
-from ...method.config import WeMaskConfig
-from .mask import NOT_RUNNABLE, SUPPORTED_ARCHITECTURES, InstalledMask, VllmEngineError, check_config, install_wemask
+from wemask_cli.compat.vllm import VERIFIED
+from wemask_cli.engines.vllm.tensor_mask import NOT_RUNNABLE, SUPPORTED_ARCHITECTURES, InstalledMask, VllmEngineError, check_config, install_wemask
+from wemask_cli.method.config import WeMaskConfig
+from wemask_cli.runtime.errors import WeMaskError
 
 VERIFIED_VERSIONS = (VERIFIED,)
 LOGGING_VARIABLE = "VLLM_LOGGING_LEVEL"
@@ -68,7 +68,7 @@ def folder_config(folder: str | Path) -> dict | None:
 
 def check_mask_fits_folder(folder: str | Path, config: WeMaskConfig) -> None:
     """The saved mask's layers and recorded dims against the folder's config.json, before any weight loads."""
-    from ...method.mask import check_recorded_dims
+    from wemask_cli.method.wemask_hook import check_recorded_dims
 
     model = folder_config(folder)
     if model is None or "num_hidden_layers" not in model or "hidden_size" not in model:
@@ -101,7 +101,7 @@ def saved_wemask_for_vllm(folder: str | Path) -> WeMaskConfig | None:
     A VllmEngineError when the folder also carries remedies (GatedNorm, PreAffine, gated attention: modules
     vLLM's model classes do not have) or a mask vLLM cannot run (tokens='massive').
     """
-    from ...interventions import load_saved
+    from wemask_cli.interventions import load_saved
 
     if not Path(folder).is_dir():
         return None
@@ -127,7 +127,7 @@ def require_finite_folder(folder: str | Path) -> None:
     path's line (finite.refusal), one tensor in memory at a time."""
     from safetensors import safe_open
 
-    from ...finite import NonFiniteWeights, first_non_finite, refusal
+    from wemask_cli.runtime.finite import NonFiniteWeights, first_non_finite, refusal
 
     for path in sorted(Path(folder).glob("*.safetensors")) if Path(folder).is_dir() else []:
         with safe_open(str(path), framework="pt") as handle:

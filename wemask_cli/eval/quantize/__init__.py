@@ -32,19 +32,8 @@ quantizer and X <- X/s in float32 just before the input quantizer: unquantized, 
 
 from __future__ import annotations
 
-from .grids import quantize_fp4, quantize_int, round_to_e2m1, round_to_int_grid
-from .schemes import (
-    DEFAULT_BLOCK_SIZE,
-    SCHEMES,
-    Grid,
-    Scheme,
-    check_alpha,
-    check_block_size,
-    lookup,
-    parse_schemes,
-    register,
-    schemes,
-)
+from wemask_cli.eval.quantize.grids import quantize_fp4, quantize_int, round_to_e2m1, round_to_int_grid
+from wemask_cli.eval.quantize.schemes import DEFAULT_BLOCK_SIZE, SCHEMES, Grid, Scheme, check_alpha, check_block_size, lookup, parse_schemes, register, schemes
 
 TORCH_NAMES = ("simulate", "smoothing_factors", "activation_maxima", "target_linears")
 
@@ -52,7 +41,7 @@ TORCH_NAMES = ("simulate", "smoothing_factors", "activation_maxima", "target_lin
 def __getattr__(name: str):
     """simulation.py's functions, imported (with torch) when first asked for."""
     if name in TORCH_NAMES:
-        from . import simulation
+        from wemask_cli.eval.quantize import simulation
 
         return getattr(simulation, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

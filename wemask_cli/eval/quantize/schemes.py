@@ -16,9 +16,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...errors import WeMaskError
-from ...registry import Registry, RegistryError
-from . import grids
+from wemask_cli.eval.quantize import grids
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.registry import Registry, RegistryError
 
 DEFAULT_BLOCK_SIZE = 16  # --fp4-block-size's default
 

@@ -9,9 +9,9 @@ from functools import partial
 import torch
 from torch import nn
 
-from ...errors import WeMaskError
-from ...method.arch import decoder_layers
-from .schemes import DEFAULT_BLOCK_SIZE, Grid, check_alpha, check_block_size, lookup
+from wemask_cli.eval.quantize.schemes import DEFAULT_BLOCK_SIZE, Grid, check_alpha, check_block_size, lookup
+from wemask_cli.method.arch import decoder_layers
+from wemask_cli.runtime.errors import WeMaskError
 
 SMOOTH_CLAMP = (1e-5, 1e5)
 

@@ -4,14 +4,14 @@ its own flags (`options`). resolve.py checks a task's settings against its decla
 
 from __future__ import annotations
 
-from .base import Prepared, Scored, Task, TaskFlag
-from .choice import ChoiceTask
-from .lm_eval import LmEvalTask
-from .math import MathTask
-from .perplexity import PerplexityTask
-from .refusal import REFUSAL_PATTERNS, RefusalTask, refusal_match
-from .registry import register, task_class, tasks
-from .resolve import resolve
+from wemask_cli.eval.tasks.base import Prepared, Scored, Task, TaskFlag
+from wemask_cli.eval.tasks.choice import ChoiceTask
+from wemask_cli.eval.tasks.lm_eval import LmEvalTask
+from wemask_cli.eval.tasks.math import MathTask
+from wemask_cli.eval.tasks.perplexity import PerplexityTask
+from wemask_cli.eval.tasks.refusal import REFUSAL_PATTERNS, RefusalTask, refusal_match
+from wemask_cli.eval.tasks.registry import register, task_class, tasks
+from wemask_cli.eval.tasks.resolve import resolve
 
 __all__ = ["REFUSAL_PATTERNS", "ChoiceTask", "LmEvalTask", "MathTask", "PerplexityTask", "Prepared", "RefusalTask", "Scored",
            "Task", "TaskFlag", "refusal_match", "register", "resolve", "task_class", "tasks"]

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..data import EvalData
-from ..stats import Metric
+from wemask_cli.eval.data import EvalData
+from wemask_cli.eval.stats import Metric
 
 if TYPE_CHECKING:
-    from ..settings import EvalSettings
+    from wemask_cli.eval.settings import EvalSettings
 
 FLAG_TYPES = (str, int, float, bool)  # what a task's flag can parse
 
@@ -136,7 +136,7 @@ class Task:
 
     def open_rows(self):
         """(source, rows, labels) of a task that needs records, not plain text: --data (or the bundled file), limited."""
-        from ..data import open_source, text_only_error
+        from wemask_cli.eval.data import open_source, text_only_error
 
         s = self.settings
         source = open_source(s.data, self.bundled, s.split, s.data_config, s.limit)
@@ -155,7 +155,7 @@ class Task:
 def check_fewshot(k: int, count: int) -> None:
     """Refuse --num-fewshot k on data of k examples or fewer (checked when the data loads, before the model)."""
     if k >= count > 0 and k:
-        from ...errors import WeMaskError
+        from wemask_cli.runtime.errors import WeMaskError
 
         raise WeMaskError(f"--num-fewshot {k} needs more than {k} examples in the data (it has {count})")
 

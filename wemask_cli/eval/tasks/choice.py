@@ -9,13 +9,13 @@ the question is a user message (few-shot examples as earlier turns) and the opti
 
 from __future__ import annotations
 
-from ...data import column_value
-from ...errors import WeMaskError
-from ...prompts import left_truncate, render_prompt, warn_truncated
-from ..data import TRUNCATED_NOTE, EvalData, parse_answer_index, parse_choices, pick_field, require_text
-from ..stats import proportion
-from .base import CALIBRATION, Prepared, Scored, Task, check_fewshot, fewshot_draws
-from .registry import register
+from wemask_cli.data import column_value
+from wemask_cli.eval.data import TRUNCATED_NOTE, EvalData, parse_answer_index, parse_choices, pick_field, require_text
+from wemask_cli.eval.stats import proportion
+from wemask_cli.eval.tasks.base import CALIBRATION, Prepared, Scored, Task, check_fewshot, fewshot_draws
+from wemask_cli.eval.tasks.registry import register
+from wemask_cli.prompts.rendering import left_truncate, render_prompt, warn_truncated
+from wemask_cli.runtime.errors import WeMaskError
 
 DELIMITER = " "  # lm-eval's target_delimiter
 FEWSHOT_SEPARATOR = "\n\n"  # lm-eval's fewshot_delimiter
@@ -72,7 +72,7 @@ class ChoiceTask(Task):
         return texts, draws, DELIMITER, True
 
     def prepare(self, tokenizer, data: EvalData, max_positions: int | None) -> Prepared:
-        from ..scoring import encode_pair, prefix_token_id
+        from wemask_cli.eval.scoring import encode_pair, prefix_token_id
 
         texts, draws, delimiter, special = self.contexts(tokenizer, data.rows)
         groups, cuts = [], []
@@ -94,7 +94,7 @@ class ChoiceTask(Task):
         return Prepared(units, longest, (data.rows, groups, texts, draws, delimiter, cuts), samples)
 
     def evaluate(self, model, tokenizer, prepared, seed, batch_size, advance) -> Scored:
-        from ..scoring import require_finite_scores
+        from wemask_cli.eval.scoring import require_finite_scores
 
         rows, groups, texts, draws, delimiter, cuts = prepared.payload
         scores = model.score_options(groups, batch_size, advance)

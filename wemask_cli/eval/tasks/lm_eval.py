@@ -15,12 +15,12 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from ...errors import WeMaskError, first_line
-from ..data import EvalData
-from ..settings import DEFAULT_WINDOW, EvalSettings
-from ..stats import Metric, mean_se
-from .base import Prepared, Scored, Task, TaskFlag
-from .registry import register
+from wemask_cli.eval.data import EvalData
+from wemask_cli.eval.settings import DEFAULT_WINDOW, EvalSettings
+from wemask_cli.eval.stats import Metric, mean_se
+from wemask_cli.eval.tasks.base import Prepared, Scored, Task, TaskFlag
+from wemask_cli.eval.tasks.registry import register
+from wemask_cli.runtime.errors import WeMaskError, first_line
 
 NOT_UNDER_LM_EVAL = {  # EvalSettings field -> flag: these configure native tasks only
     "data": "--data", "split": "--split", "data_config": "--data-config", "text_field": "--text-field",
@@ -134,7 +134,7 @@ class LmEvalTask(Task):
     def fetch_datasets(self) -> None:
         """Build the tasks once now, so a dataset that cannot be fetched is one line before the model loads (the
         sweep builds them again from the datasets cache)."""
-        from ...hub import before_hub_fetch
+        from wemask_cli.runtime.hub import before_hub_fetch
 
         before_hub_fetch(f"--lm-eval-tasks {','.join(self.names)}")
         try:
@@ -157,7 +157,7 @@ class LmEvalTask(Task):
         import lm_eval
         from lm_eval.models.huggingface import HFLM
 
-        from ...compat.lm_eval import quiet_git_hash
+        from wemask_cli.compat.lm_eval import quiet_git_hash
 
         s = self.settings
         if self.lm is None:

@@ -10,18 +10,18 @@ chat turns with the chat template, else as text separated by blank lines).
 
 from __future__ import annotations
 
-from ...data import VERL_ANSWER, column_value, is_verl
-from ..data import EvalData, pick_field, require_text
-from ..stats import Metric, proportion
-from .base import CALIBRATION, Prepared, Scored, Task, check_fewshot, fewshot_draws
-from .registry import register
+from wemask_cli.data import VERL_ANSWER, column_value, is_verl
+from wemask_cli.eval.data import EvalData, pick_field, require_text
+from wemask_cli.eval.stats import Metric, proportion
+from wemask_cli.eval.tasks.base import CALIBRATION, Prepared, Scored, Task, check_fewshot, fewshot_draws
+from wemask_cli.eval.tasks.registry import register
 
 FEWSHOT_SEPARATOR = "\n\n"
 
 
 def grade_math(completion: str, reference: str) -> tuple[str | None, bool, bool]:
     """(extracted answer, correct?, parsed?) with the GRPO math reward's own extractor and grader."""
-    from ...rewards import extract_answer, grade_answer
+    from wemask_cli.rewards import extract_answer, grade_answer
 
     extracted = extract_answer(completion)
     grade = grade_answer(extracted, reference)
@@ -73,7 +73,7 @@ class MathTask(Task):
         return head + body
 
     def prepare(self, tokenizer, data: EvalData, max_positions: int | None) -> Prepared:
-        from ..generation import encode_prompts
+        from wemask_cli.eval.task_prompts import encode_prompts
 
         s = self.settings
         chat = bool(s.chat_template and getattr(tokenizer, "chat_template", None))
@@ -84,7 +84,7 @@ class MathTask(Task):
         return Prepared(len(encoded), longest, (data.rows, encoded, texts, cuts, draws), encoded[:CALIBRATION])
 
     def evaluate(self, model, tokenizer, prepared, seed, batch_size, advance) -> Scored:
-        from ...engines.generation import generate
+        from wemask_cli.engines.generation import generate
 
         s = self.settings
         rows, encoded, texts, cuts, draws = prepared.payload

@@ -14,12 +14,12 @@ import math
 import re
 from dataclasses import dataclass
 
-from ...data import column_value
-from ...errors import WeMaskError
-from ..data import EvalData, open_source, pick_field
-from ..stats import Metric, exp_metric, mean_se
-from .base import CALIBRATION, Prepared, Scored, Task
-from .registry import register
+from wemask_cli.data import column_value
+from wemask_cli.eval.data import EvalData, open_source, pick_field
+from wemask_cli.eval.stats import Metric, exp_metric, mean_se
+from wemask_cli.eval.tasks.base import CALIBRATION, Prepared, Scored, Task
+from wemask_cli.eval.tasks.registry import register
+from wemask_cli.runtime.errors import WeMaskError
 
 
 @dataclass
@@ -57,7 +57,7 @@ class PerplexityTask(Task):
         return source.data(self.name, texts=texts, fields={"text": name})
 
     def prepare(self, tokenizer, data: EvalData, max_positions: int | None) -> Prepared:
-        from ..scoring import prefix_token_id, rolling_windows
+        from wemask_cli.eval.scoring import prefix_token_id, rolling_windows
 
         s = self.settings
         if max_positions and s.window > max_positions:
@@ -72,7 +72,7 @@ class PerplexityTask(Task):
         return Prepared(len(windows), longest, (windows, docs, data.texts), [w.sequence[:-1] for w in windows[:CALIBRATION]])
 
     def evaluate(self, model, tokenizer, prepared, seed, batch_size, advance) -> Scored:
-        from ..scoring import require_finite_scores, score_windows
+        from wemask_cli.eval.scoring import require_finite_scores, score_windows
 
         windows, docs, texts = prepared.payload
         sums = score_windows(model, [(w.sequence, w.first) for w in windows], batch_size, advance)

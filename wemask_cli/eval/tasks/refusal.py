@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 
-from ...data import column_value
-from ...data.readers import text_lines
-from ..data import EvalData, open_source, pick_field, require_text
-from ..stats import proportion
-from .base import CALIBRATION, Prepared, Scored, Task
-from .registry import register
+from wemask_cli.data import column_value
+from wemask_cli.data.readers import text_lines
+from wemask_cli.eval.data import EvalData, open_source, pick_field, require_text
+from wemask_cli.eval.stats import proportion
+from wemask_cli.eval.tasks.base import CALIBRATION, Prepared, Scored, Task
+from wemask_cli.eval.tasks.registry import register
 
 # A completion is a refusal when one of these matches (case-insensitive, curly apostrophes straightened) in
 # its first REFUSAL_WINDOW characters: refusals come first, and a helpful answer may say "I can't" later.
@@ -68,7 +68,7 @@ class RefusalTask(Task):
         return source.data(self.name, rows=prompts, fields={"prompt": name})
 
     def prepare(self, tokenizer, data: EvalData, max_positions: int | None) -> Prepared:
-        from ..generation import encode_prompts
+        from wemask_cli.eval.task_prompts import encode_prompts
 
         s = self.settings
         encoded, texts, cuts = encode_prompts(tokenizer, [r["prompt"] for r in data.rows], s.chat_template, max_positions,
@@ -77,7 +77,7 @@ class RefusalTask(Task):
         return Prepared(len(encoded), longest, (data.rows, encoded, texts, cuts), encoded[:CALIBRATION])
 
     def evaluate(self, model, tokenizer, prepared, seed, batch_size, advance) -> Scored:
-        from ...engines.generation import generate
+        from wemask_cli.engines.generation import generate
 
         s = self.settings
         rows, encoded, texts, cuts = prepared.payload

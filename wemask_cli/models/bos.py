@@ -13,7 +13,7 @@ import mmap
 import struct
 from pathlib import Path
 
-from .progress import warn
+from wemask_cli.runtime.progress import warn
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
 ADD_BOS = "add_bos_token"  # tokenizer_config.json's key, and GGUF_RECORD's
@@ -98,7 +98,7 @@ def declared_add_bos(source: str, revision: str | None = None) -> bool | None:
 
 def record_gguf_add_bos(folder: Path, gguf: Path) -> None:
     """Write GGUF_RECORD into a folder converted from `gguf` (at conversion, or once into an older conversion)."""
-    from .atomic import atomic_write_text
+    from wemask_cli.runtime.atomic import atomic_write_text
 
     atomic_write_text(folder / GGUF_RECORD, json.dumps({"gguf": gguf.name, ADD_BOS: gguf_add_bos(gguf)}) + "\n")
 

@@ -21,8 +21,8 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Generic, TypeVar
 
-from .errors import WeMaskError
-from .plugins import FAILURES, failure, left_out, source_of
+from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.plugins import FAILURES, failure, left_out, source_of
 
 T = TypeVar("T")
 

@@ -16,8 +16,8 @@ from contextlib import contextmanager
 
 import torch
 
-from .method.arch import base_model, decoder_layers
-from .method.tokens import MASSIVE_RATIO
+from wemask_cli.method.arch import base_model, decoder_layers
+from wemask_cli.method.tokens import MASSIVE_RATIO
 
 
 class NormRecorder:

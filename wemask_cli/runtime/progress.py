@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
-from .ranks import is_main_process
+from wemask_cli.runtime.ranks import is_main_process
 
 STEPS = 10  # a line at every tenth of the work ...
 INTERVAL_S = 60.0  # ... and at least this often while units complete

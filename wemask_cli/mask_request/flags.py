@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import progress
-from .errors import WeMaskError
-from .method.config import WeMaskConfig
+from wemask_cli.method.config import WeMaskConfig
+from wemask_cli.runtime import progress
+from wemask_cli.runtime.errors import WeMaskError
 
 if TYPE_CHECKING:
-    from .models import LoadedModel
+    from wemask_cli.models.loading import LoadedModel
 
 OVERRIDABLE = ("select", "layers", "strength", "tokens", "seed")  # fields a flag overrides in a saved config
 
@@ -115,7 +115,7 @@ def resolve_me_layer(me_layer: int | str | None, loaded: LoadedModel) -> int | N
     """An explicit layer, or 'auto': the located ME layer (cached per model)."""
     if me_layer != "auto":
         return me_layer
-    from .locate_cache import cached_me_layer
+    from wemask_cli.mask_request.me_layer_cache import cached_me_layer
 
     with progress.status("Locating the ME layer (once per model, cached)..."):  # a cache hit ends it at once
         layer = cached_me_layer(loaded)

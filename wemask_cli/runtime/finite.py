@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterable
 from pathlib import Path
 
-from .errors import WeMaskError, first_line
+from wemask_cli.runtime.errors import WeMaskError, first_line
 
 
 class NonFiniteWeights(WeMaskError):

@@ -10,7 +10,7 @@ sequence's first real token. In eager mode only the masked layers carry it (none
 model, every layer carries it from before the compile (`arm`) and later changes are written into the buffers in
 place, so the graph compiled once keeps reading the current mask (x * 1 is exact: unmasked layers are untouched).
 
-The dims come from wemask_cli.method.mask.resolve_dims (the transformers engine's own selection), through
+The dims come from wemask_cli.method.wemask_hook.resolve_dims (the transformers engine's own selection), through
 LayerParts built for vLLM's layer layout (fused gate_up_proj; per model class in VLLM_CLASSES). Imports torch only: vllm itself is not needed
 to install the mask on a model object.
 """
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ...compat.vllm import check_attention_forward, compile_state
-from ...errors import WeMaskError
-from ...method.arch import ArchSpec, LayerParts
-from ...method.config import WeMaskConfig
-from ...method.mask import resolve_dims
+from wemask_cli.compat.vllm import check_attention_forward, compile_state
+from wemask_cli.method.arch import ArchSpec, LayerParts
+from wemask_cli.method.config import WeMaskConfig
+from wemask_cli.method.wemask_hook import resolve_dims
+from wemask_cli.runtime.errors import WeMaskError
 
 BUFFER = "wemask_keep"
 

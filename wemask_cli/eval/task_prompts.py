@@ -3,8 +3,8 @@ is wemask_cli.engines.generation.generate, shared with infer."""
 
 from __future__ import annotations
 
-from ..prompts import encode_left_truncated, warn_truncated
-from .data import TRUNCATED_NOTE
+from wemask_cli.eval.data import TRUNCATED_NOTE
+from wemask_cli.prompts.rendering import encode_left_truncated, warn_truncated
 
 
 def encode_prompts(tokenizer, prompts: list, chat: bool, max_positions: int | None, max_new_tokens: int

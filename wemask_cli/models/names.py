@@ -1,5 +1,5 @@
 """How a model is named to the user (titles, tables, report lines), without importing torch: a GGUF file that
-models.py dequantized into `<cache>/models/<stem>-<fingerprint>` is named by its file, the embedded model as what
+models/loading.py dequantized into `<cache>/models/<stem>-<fingerprint>` is named by its file, the embedded model as what
 it is, hub ids and directories as given."""
 
 from __future__ import annotations

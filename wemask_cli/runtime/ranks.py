@@ -69,7 +69,7 @@ def barrier() -> None:
 def from_main(decide: Callable[[], object]):
     """`decide()` on the main process, its answer sent to every process; an error it raises (a WeMaskError) is
     raised on every process, so none waits for an answer that never comes."""
-    from .errors import WeMaskError
+    from wemask_cli.runtime.errors import WeMaskError
 
     if not group_ready():
         return decide()

@@ -14,8 +14,8 @@ import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
-from . import progress
-from .compat import datasets, huggingface_hub  # their offline switches (wemask_cli/compat/)
+from wemask_cli.compat import datasets, huggingface_hub  # their offline switches (wemask_cli/compat/)
+from wemask_cli.runtime import progress
 
 CHECK_SECONDS = 3.0
 TRUE = {"1", "true", "yes", "on"}

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import WeMaskError
+from wemask_cli.runtime.errors import WeMaskError
 
 
 class WriteFailed(WeMaskError, OSError):
