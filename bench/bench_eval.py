@@ -32,7 +32,7 @@ def wemask_eval(rates: str, output: Path) -> float:
 
 
 def run() -> dict:
-    from wemask_cli.models import embedded_model_dir
+    from wemask_cli.models.gguf_cache import embedded_model_dir
 
     embedded_model_dir()  # convert the GGUF once, outside the timings
     with tempfile.TemporaryDirectory(prefix="bench-eval-") as tmp:

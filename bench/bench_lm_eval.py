@@ -45,16 +45,17 @@ def run() -> dict:
     from lm_eval.models.huggingface import HFLM
 
     from wemask_cli import resources
+    from wemask_cli.engines.transformers import TransformersEngine
     from wemask_cli.eval.data import EvalData
-    from wemask_cli.eval.scoring import max_positions
     from wemask_cli.eval.settings import EvalSettings
     from wemask_cli.eval.tasks import ChoiceTask, resolve
-    from wemask_cli.models import embedded_model_dir
+    from wemask_cli.models.gguf_cache import embedded_model_dir
     from wemask_cli.models.loading import load_model
 
     logging.getLogger("lm_eval").setLevel(logging.ERROR)  # its notes on YAML defaults
     loaded = load_model(str(embedded_model_dir()), dtype="float32")
     model, tokenizer = loaded.model, loaded.tokenizer
+    engine = TransformersEngine(loaded)
     task = ChoiceTask(resolve(EvalSettings(task="choice", batch_size=BATCH)))
     data: EvalData = task.load()
     with tempfile.TemporaryDirectory(prefix="bench-lm-eval-") as tmp, resources.as_file("eval/choice.jsonl") as choice:
@@ -63,8 +64,8 @@ def run() -> dict:
 
     def ours() -> float:
         start = time.perf_counter()
-        prepared = task.prepare(tokenizer, data, max_positions(model))
-        task.evaluate(model, tokenizer, prepared, 0, BATCH, lambda k: None)
+        prepared = task.prepare(tokenizer, data, engine.context_length())
+        task.evaluate(engine, tokenizer, prepared, 0, BATCH, lambda k: None)
         return time.perf_counter() - start
 
     def theirs() -> float:

@@ -14,8 +14,9 @@ import time
 import torch
 
 from wemask_cli import resources
+from wemask_cli.engines.transformers import TransformersEngine
 from wemask_cli.eval.quantize import simulate
-from wemask_cli.eval.scoring import pad_id_of, prefix_token_id, rolling_windows, score_windows
+from wemask_cli.eval.scoring import prefix_token_id, rolling_windows, score_windows
 from wemask_cli.models.loading import load_model
 
 SCHEMES = ("w4a4", "fp4")
@@ -28,15 +29,15 @@ def run() -> dict:
     model, tokenizer = loaded.model, loaded.tokenizer
     ids = tokenizer(resources.read_text("eval/perplexity.txt"), add_special_tokens=False).input_ids
     windows = rolling_windows(ids, prefix_token_id(tokenizer), WINDOW)[:WINDOWS]
-    pad = pad_id_of(tokenizer)
+    engine = TransformersEngine(loaded)
 
     def evaluate(scheme: str | None) -> float:
         start = time.perf_counter()
         if scheme is None:
-            score_windows(model, windows, pad, WINDOWS, lambda n: None)
+            score_windows(engine, windows, WINDOWS, lambda n: None)
         else:
             with simulate(model, scheme):
-                score_windows(model, windows, pad, WINDOWS, lambda n: None)
+                score_windows(engine, windows, WINDOWS, lambda n: None)
         return time.perf_counter() - start
 
     evaluate(None)  # warm-up

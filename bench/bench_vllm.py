@@ -68,7 +68,7 @@ def masked_tokens(enforce_eager: bool, prompts) -> list[list[int]]:
 
     from wemask_cli.engines.vllm import install_wemask
     from wemask_cli.method.config import WeMaskConfig
-    from wemask_cli.models import embedded_model_dir
+    from wemask_cli.models.gguf_cache import embedded_model_dir
 
     llm = LLM(model=str(embedded_model_dir()), dtype="float32", max_model_len=512, enforce_eager=enforce_eager)
     llm.apply_model(lambda m: install_wemask(m, WeMaskConfig(mask_rate=1.0, me_layer=11)))
@@ -85,7 +85,7 @@ def run() -> dict:
     from vllm import LLM
 
     from wemask_cli.engines.vllm.plugin import register
-    from wemask_cli.models import embedded_model_dir
+    from wemask_cli.models.gguf_cache import embedded_model_dir
 
     register()
     prompts = bundled_prompts()

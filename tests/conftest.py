@@ -137,7 +137,7 @@ def tiny_gguf(tmp_path_factory, tiny_tokenizer) -> str:
 @pytest.fixture(scope="session")
 def embedded_dir() -> str:
     """The converted embedded SmolLM2-135M-Instruct (converted once into the user cache)."""
-    from wemask_cli.models import embedded_model_dir
+    from wemask_cli.models.gguf_cache import embedded_model_dir
 
     return str(embedded_model_dir())
 

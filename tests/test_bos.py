@@ -12,8 +12,8 @@ import pytest
 from bos_support import PLAIN_TEMPLATE, write_bos_folder, write_bos_gguf
 from conftest import run_main
 
-from wemask_cli.models import converted_gguf_dir
 from wemask_cli.models.bos import GGUF_RECORD, adds_bos, gguf_fields
+from wemask_cli.models.gguf_cache import converted_gguf_dir
 from wemask_cli.models.loading import load_model
 from wemask_cli.prompts.rendering import encode, encode_left_truncated
 

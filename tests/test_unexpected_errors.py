@@ -15,7 +15,7 @@ from conftest import run_main
 from wemask_cli.cli import BUG_REPORT
 from wemask_cli.data.folders import load_folder
 from wemask_cli.data.readers import load_file, load_hub
-from wemask_cli.models import converted_gguf_dir
+from wemask_cli.models.gguf_cache import converted_gguf_dir
 from wemask_cli.models.loading import load_model
 from wemask_cli.runtime.errors import WeMaskError
 
