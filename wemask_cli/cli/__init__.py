@@ -1,4 +1,6 @@
-"""The `wemask` command line: flags, help, and user errors as one line (exit 2), never a traceback.
+"""Layer 6, the edge (ranks: tests/test_layers.py).
+
+The `wemask` command line: flags, help, and user errors as one line (exit 2), never a traceback.
 
 One module per command registers it (`register(app)`); each imports its work inside the command body, so
 `wemask --help`, `wemask CMD --help` and usage errors never import torch, transformers or TRL.

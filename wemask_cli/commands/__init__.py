@@ -1,4 +1,6 @@
-"""One module per command: the work behind `wemask infer`, `locate`, `eval`, `report` and the training commands
+"""Layer 5, commands (ranks: tests/test_layers.py).
+
+One module per command: the work behind `wemask infer`, `locate`, `eval`, `report` and the training commands
 (train.py, over the core package train/), rich-free (the CLI renders).
 
 Commands import core modules (models, data, prompts, masking, ...) and the method, never each other.

@@ -1,4 +1,6 @@
-"""Every touch of another library's private API, one module per library (accelerate.py, bitsandbytes.py,
+"""Layer 0, other libraries' internals (ranks: tests/test_layers.py).
+
+Every touch of another library's private API, one module per library (accelerate.py, bitsandbytes.py,
 datasets.py, huggingface_hub.py, transformers.py, argparse.py for the standard library, vllm.py); TRL needs none
 (train/trl_flags.py reads its public config dataclasses). notices.py holds the only warning filters, around a command.
 

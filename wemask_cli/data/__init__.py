@@ -1,4 +1,6 @@
-"""Datasets for training and evaluation: local files, folders or hub names, nested columns, formats, clear errors.
+"""Layer 2, core (ranks: tests/test_layers.py).
+
+Datasets for training and evaluation: local files, folders or hub names, nested columns, formats, clear errors.
 
 - readers.py   files (.jsonl/.json/.parquet/.csv, plain text of any name) and hub datasets
 - folders.py   a save_to_disk folder or a folder of data files (a hub snapshot)

@@ -1,4 +1,6 @@
-"""`wemask eval`'s machinery (rich-free; the command is commands/eval.py, the table render/eval.py).
+"""Layer 4, a command family's machinery (ranks: tests/test_layers.py).
+
+`wemask eval`'s machinery (rich-free; the command is commands/eval.py, the table render/eval.py).
 
 - settings.py      EvalSettings: the flags (tasks/resolve.py checks them against the task and fills its defaults)
 - data.py          reading examples: bundled sets, files, folders, plain text, hub; columns and dotted paths

@@ -1,4 +1,6 @@
-"""Interventions: WeMask and the sink paper's remedies behind one seam (torch-free at import).
+"""Layer 2, core (ranks: tests/test_layers.py).
+
+Interventions: WeMask and the sink paper's remedies behind one seam (torch-free at import).
 
     from wemask_cli.interventions import install_all, load_saved, configs_from_options
     installation = install_all(model, [WeMaskConfig(mask_rate=0.3, me_layer=11), GatedNorm(norms="both")])

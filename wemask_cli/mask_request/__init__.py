@@ -1,4 +1,6 @@
-"""The mask request (core layer): WeMask's flags, parsed once, resolved into WeMaskConfigs for a loaded model.
+"""Layer 2, core (ranks: tests/test_layers.py).
+
+The mask request: WeMask's flags, parsed once, resolved into WeMaskConfigs for a loaded model.
 
 - flags.py           MaskRequest: --mask-rate, --me-layer, --select, --layers, --strength, --tokens, from CLI
                      strings or recipe values, one clear line on bad input, torch-free

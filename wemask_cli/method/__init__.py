@@ -1,4 +1,6 @@
-"""The method: WeMask config, architecture adapter, the mask hook, the remedies' modules and ME-layer location.
+"""Layer 0, the science (ranks: tests/test_layers.py).
+
+The method: WeMask config, architecture adapter, the mask hook, the remedies' modules and ME-layer location.
 
 Imports torch only, and lazily: `from wemask_cli.method.config import WeMaskConfig` stays torch-free.
 """

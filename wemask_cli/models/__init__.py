@@ -1,4 +1,6 @@
-"""Models (core layer): one way for every command to load a model and its tokenizer.
+"""Layer 2, core (ranks: tests/test_layers.py).
+
+Models: one way for every command to load a model and its tokenizer.
 
 - loading.py      load_model(): hub id | local folder | LoRA adapter | .gguf | the embedded default; re-applies the
                   interventions a training run saved

@@ -1,4 +1,6 @@
-"""Output folders and files: claimed before any work, nothing of the user's ever deleted, JSON always strict.
+"""Layer 1, plumbing (ranks: tests/test_layers.py).
+
+Output folders and files: claimed before any work, nothing of the user's ever deleted, JSON always strict.
 
     with claim_output_dir(path, overwrite=..., resume=..., kind="sft") as claim:   # before loading anything
         ...                                                                        # check every input

@@ -1,4 +1,6 @@
-"""Data the commands read at run time, shipped inside the package and read with importlib.resources.
+"""Layer 1, plumbing (ranks: tests/test_layers.py).
+
+Data the commands read at run time, shipped inside the package and read with importlib.resources.
 
     locate_prompts.jsonl        `wemask locate`'s default prompts
     eval/perplexity.txt, eval/choice.jsonl, eval/math.jsonl, eval/refusal.jsonl   `wemask eval`'s bundled sets

@@ -1,4 +1,6 @@
-"""Answer extraction, answer grading and GRPO reward functions (shared by training and evaluation)."""
+"""Layer 2, core (ranks: tests/test_layers.py).
+
+Answer extraction, answer grading and GRPO reward functions (shared by training and evaluation)."""
 
 from wemask_cli.rewards.extract import completion_text, extract_answer, format_reward
 from wemask_cli.rewards.grader import Grade, answers_match, grade_answer, grade_completions, math_reward, require_references

@@ -1,4 +1,6 @@
-"""Runtime plumbing, the lowest layer: what every other layer may import, with no knowledge of models or data.
+"""Layers -1 to 1, runtime plumbing (ranks: tests/test_layers.py).
+
+What every other layer may import, with no knowledge of models or data.
 
 - errors.py      WeMaskError, the user-facing error family (the CLI prints one line, exit 2)
 - atomic.py      the one atomic file write

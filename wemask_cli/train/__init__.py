@@ -1,4 +1,6 @@
-"""Training commands (sft, dpo, grpo, kto, a plugin's) on TRL trainers, all through one shared path: `train.run.run()`,
+"""Layer 4, a command family's machinery (ranks: tests/test_layers.py).
+
+Training commands (sft, dpo, grpo, kto, a plugin's) on TRL trainers, all through one shared path: `train.run.run()`,
 which commands/train.py calls.
 
 options.py (wemask's options) -> recipe.py + resolve.py (defaults < recipe < flags, with provenance) ->
