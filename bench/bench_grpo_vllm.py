@@ -30,6 +30,7 @@ def build(tmp: str):
     from trl import GRPOConfig, GRPOTrainer
 
     from wemask_cli.data import load_training_data
+    from wemask_cli.data.formats import PROMPTS
     from wemask_cli.engines.vllm.colocate import colocated_engine, mask_rollouts
     from wemask_cli.models.loading import load_model
     from wemask_cli.rewards import format_reward
@@ -39,7 +40,7 @@ def build(tmp: str):
     loaded = load_model(None, dtype="float32")
     model = get_peft_model(loaded.model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, task_type="CAUSAL_LM"))
     handle = apply_wemask(model, CONFIG)
-    dataset, _ = load_training_data("grpo", str(ROOT / "data" / "math_problems.jsonl"))
+    dataset, _ = load_training_data(PROMPTS, str(ROOT / "data" / "math_problems.jsonl"))
     dataset = prepare_dataset(dataset, loaded.tokenizer, None, [format_reward])
 
     def trainer(use_vllm: bool):

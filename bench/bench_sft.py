@@ -25,11 +25,12 @@ def build_trainer(tmp: str):
     from trl import SFTConfig, SFTTrainer
 
     from wemask_cli.data import load_training_data
+    from wemask_cli.data.formats import SUPERVISED
     from wemask_cli.models.loading import load_model
     from wemask_cli.train.resolve import hardware_defaults
 
     loaded = load_model(None, dtype="float32")
-    dataset, _ = load_training_data("sft", str(ROOT / "data" / "sft_chat.jsonl"))
+    dataset, _ = load_training_data(SUPERVISED, str(ROOT / "data" / "sft_chat.jsonl"))
     args = SFTConfig(
         output_dir=tmp, per_device_train_batch_size=4, max_length=128, learning_rate=1e-5, report_to="none",
         save_strategy="no", disable_tqdm=True, seed=0, **hardware_defaults(SFTConfig),

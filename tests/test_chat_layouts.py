@@ -10,6 +10,7 @@ import pytest
 from conftest import run_main
 
 from wemask_cli.data import load_training_data
+from wemask_cli.data.formats import PREFERENCE, PROMPTS, SUPERVISED
 from wemask_cli.runtime.errors import WeMaskError
 
 ALPACA = [
@@ -36,7 +37,7 @@ def write_jsonl(path: Path, rows) -> str:
 
 
 def test_alpaca_joins_instruction_and_input_as_llama_factory_does(tmp_path):
-    dataset, fmt = load_training_data("sft", write_jsonl(tmp_path / "a.jsonl", ALPACA))
+    dataset, fmt = load_training_data(SUPERVISED, write_jsonl(tmp_path / "a.jsonl", ALPACA))
     assert fmt.name.startswith("alpaca") and dataset.column_names == ["prompt", "completion"]
     assert dataset[0]["prompt"] == [{"role": "user", "content": "Add the numbers.\n2 and 3"}]
     assert dataset[0]["completion"] == [{"role": "assistant", "content": "5"}]
@@ -48,24 +49,24 @@ def test_alpaca_joins_instruction_and_input_as_llama_factory_does(tmp_path):
 
 def test_alpaca_for_dpo_and_grpo(tmp_path):
     rows = [{"instruction": "Say hi.", "input": "", "chosen": "Hi!", "rejected": "No."}]
-    dataset, fmt = load_training_data("dpo", write_jsonl(tmp_path / "p.jsonl", rows))
+    dataset, fmt = load_training_data(PREFERENCE, write_jsonl(tmp_path / "p.jsonl", rows))
     assert fmt.columns == ("prompt", "chosen", "rejected")
     assert dataset[0]["chosen"] == [{"role": "assistant", "content": "Hi!"}]
-    dataset, fmt = load_training_data("grpo", write_jsonl(tmp_path / "g.jsonl", ALPACA))
+    dataset, fmt = load_training_data(PROMPTS, write_jsonl(tmp_path / "g.jsonl", ALPACA))
     assert dataset["answer"] == ["5", "Blue"] and dataset[0]["prompt"][-1]["content"] == "Add the numbers.\n2 and 3"
 
 
 def test_sharegpt_maps_roles_and_the_system_column(tmp_path):
-    dataset, fmt = load_training_data("sft", write_jsonl(tmp_path / "s.jsonl", SHAREGPT))
+    dataset, fmt = load_training_data(SUPERVISED, write_jsonl(tmp_path / "s.jsonl", SHAREGPT))
     assert fmt.name.startswith("sharegpt") and dataset.column_names == ["messages"]
     assert [m["role"] for m in dataset[0]["messages"]] == ["system", "user", "assistant"]
     assert [m["role"] for m in dataset[1]["messages"]] == ["system", "user", "assistant", "tool", "assistant"]
-    dataset, _ = load_training_data("grpo", write_jsonl(tmp_path / "g.jsonl", SHAREGPT))
+    dataset, _ = load_training_data(PROMPTS, write_jsonl(tmp_path / "g.jsonl", SHAREGPT))
     assert dataset["answer"] == ["5", "Sunny."] and dataset[0]["prompt"][-1] == {"role": "user", "content": "What is 2+3?"}
 
 
 def test_sharegpt_preferences(tmp_path):
-    dataset, fmt = load_training_data("dpo", write_jsonl(tmp_path / "d.jsonl", SHAREGPT_DPO))
+    dataset, fmt = load_training_data(PREFERENCE, write_jsonl(tmp_path / "d.jsonl", SHAREGPT_DPO))
     assert fmt.name.startswith("sharegpt") and dataset[0] == {
         "prompt": [{"role": "user", "content": "Say hi."}],
         "chosen": [{"role": "assistant", "content": "Hi!"}],
@@ -80,7 +81,7 @@ def test_sharegpt_preferences(tmp_path):
 ])
 def test_bad_rows_name_the_row(tmp_path, rows, message):
     with pytest.raises(WeMaskError, match=message):
-        load_training_data("sft", write_jsonl(tmp_path / "bad.jsonl", rows))
+        load_training_data(SUPERVISED, write_jsonl(tmp_path / "bad.jsonl", rows))
 
 
 @pytest.mark.parametrize(("stage", "rows"), [("sft", ALPACA), ("sft", SHAREGPT), ("dpo", SHAREGPT_DPO * 2)])

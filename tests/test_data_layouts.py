@@ -21,6 +21,7 @@ from wemask_cli.data import (
     read_text_file,
     report_dropped,
 )
+from wemask_cli.data.formats import PROMPTS, SUPERVISED
 from wemask_cli.runtime.errors import WeMaskError
 
 QUESTION = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many?"
@@ -86,13 +87,13 @@ def test_missing_path_names_the_keys_that_exist():
 def test_dataset_columns_take_dotted_paths(tmp_path, kind):
     rows = [{"q": {"text": f"question {i}"}, "meta": {"gold": {"value": str(i)}}} for i in range(3)]
     path = WRITERS[kind](tmp_path / f"nested.{kind}", rows)
-    dataset, fmt = load_training_data("grpo", path, columns="prompt=q.text,answer=meta.gold.value")
+    dataset, fmt = load_training_data(PROMPTS, path, columns="prompt=q.text,answer=meta.gold.value")
     assert fmt.name == "prompt" and dataset["prompt"] == ["question 0", "question 1", "question 2"]
     assert dataset["answer"] == ["0", "1", "2"]
-    dataset, fmt = load_training_data("sft", path, columns="prompt=q.text,completion=meta.gold.value")
+    dataset, fmt = load_training_data(SUPERVISED, path, columns="prompt=q.text,completion=meta.gold.value")
     assert dataset.column_names == ["prompt", "completion"] and dataset[2] == {"prompt": "question 2", "completion": "2"}
     with pytest.raises(WeMaskError, match=r"--dataset-columns answer=meta.gold.val: .* does not have 'meta.gold.val': 'meta.gold' holds value"):
-        load_training_data("grpo", path, columns="prompt=q.text,answer=meta.gold.val")
+        load_training_data(PROMPTS, path, columns="prompt=q.text,answer=meta.gold.val")
 
 
 def test_dataset_columns_on_a_hub_dataset(monkeypatch):
@@ -100,10 +101,10 @@ def test_dataset_columns_on_a_hub_dataset(monkeypatch):
 
     hub = datasets.Dataset.from_list(verl_rows(2, question="q?", answer="a #### 1"))
     monkeypatch.setattr(training, "load_hub", lambda name, split, config, what: hub)
-    dataset, fmt = load_training_data("sft", "someone/verl-gsm8k", columns="prompt=extra_info.question,completion=extra_info.answer")
+    dataset, fmt = load_training_data(SUPERVISED, "someone/verl-gsm8k", columns="prompt=extra_info.question,completion=extra_info.answer")
     assert fmt.name == "prompt-completion" and dataset[0] == {"prompt": "q?", "completion": "a #### 1"}
     with pytest.raises(WeMaskError, match="'someone/verl-gsm8k' does not have 'extra_info.solution': 'extra_info' holds question, answer"):
-        load_training_data("sft", "someone/verl-gsm8k", columns="completion=extra_info.solution")
+        load_training_data(SUPERVISED, "someone/verl-gsm8k", columns="completion=extra_info.solution")
 
 
 # ------------------------------------------------------------------------------------------ the verl layout
@@ -115,7 +116,7 @@ def test_verl_layout_for_grpo_gets_its_answer_and_keeps_the_prompt(tmp_path, kin
     from wemask_cli.train import grpo
 
     path = WRITERS[kind](tmp_path / f"gsm8k_train.{kind}", verl_rows())
-    dataset, fmt = load_training_data("grpo", path)
+    dataset, fmt = load_training_data(PROMPTS, path)
     assert fmt.name.startswith("verl") and dataset["answer"] == ["72"] * 3
     assert {"reward_model", "extra_info", "data_source"} <= set(dataset.column_names)  # custom rewards still get them
     for chat_template in (None, True):  # the prompt already carries its instruction: never wrapped again
@@ -126,7 +127,7 @@ def test_verl_layout_for_grpo_gets_its_answer_and_keeps_the_prompt(tmp_path, kin
 
 @pytest.mark.parametrize("kind", sorted(WRITERS))
 def test_verl_layout_for_sft_trains_extra_info_question_and_solution(tmp_path, kind):
-    dataset, fmt = load_training_data("sft", WRITERS[kind](tmp_path / f"v.{kind}", verl_rows()))
+    dataset, fmt = load_training_data(SUPERVISED, WRITERS[kind](tmp_path / f"v.{kind}", verl_rows()))
     assert fmt.name.startswith("verl") and dataset.column_names == ["prompt", "completion"]
     assert dataset[0] == {
         "prompt": [{"role": "user", "content": QUESTION}],
@@ -146,18 +147,18 @@ def test_verl_parquet_trains_sft_through_the_cli(monkeypatch, capsys, tmp_path, 
 
 def test_verl_sft_key_order_and_fallback_to_the_prompt(tmp_path):
     both = verl_rows(1, problem="the problem", question="the question", solution="sol", answer="ans #### 1")
-    dataset, _ = load_training_data("sft", write_jsonl(tmp_path / "both.jsonl", both))
+    dataset, _ = load_training_data(SUPERVISED, write_jsonl(tmp_path / "both.jsonl", both))
     assert dataset[0]["prompt"][0]["content"] == "the question" and dataset[0]["completion"][0]["content"] == "ans #### 1"
     no_question = verl_rows(1, split="train", solution="worked #### 72")
-    dataset, _ = load_training_data("sft", write_jsonl(tmp_path / "noq.jsonl", no_question))
+    dataset, _ = load_training_data(SUPERVISED, write_jsonl(tmp_path / "noq.jsonl", no_question))
     assert dataset[0]["prompt"] == no_question[0]["prompt"] and dataset[0]["completion"][0]["content"] == "worked #### 72"
     with pytest.raises(WeMaskError, match=r"extra_info holds no worked solution \(answer \| solution \| response\) for SFT \(it holds \['index', 'split'\]\)"):
-        load_training_data("sft", write_jsonl(tmp_path / "bare.jsonl", verl_rows(1, split="train", index=0)))
+        load_training_data(SUPERVISED, write_jsonl(tmp_path / "bare.jsonl", verl_rows(1, split="train", index=0)))
 
 
 def test_explicit_columns_win_over_the_verl_rules(tmp_path):
     path = write_parquet(tmp_path / "v.parquet", verl_rows())
-    dataset, fmt = load_training_data("grpo", path, columns="answer=extra_info.answer")
+    dataset, fmt = load_training_data(PROMPTS, path, columns="answer=extra_info.answer")
     assert fmt.name == "prompt" and dataset[0]["answer"] == SOLUTION
     assert is_verl(verl_rows(1)) and not is_verl([{"prompt": "text", "reward_model": {"ground_truth": "1"}}])
     assert VERL_ANSWER == "reward_model.ground_truth"
@@ -168,9 +169,9 @@ def test_explicit_columns_win_over_the_verl_rules(tmp_path):
 
 def test_a_utf8_bom_is_read(tmp_path):
     (tmp_path / "b.jsonl").write_bytes(b"\xef\xbb\xbf" + b'{"text": "hello"}\n')
-    assert load_training_data("sft", str(tmp_path / "b.jsonl"))[0]["text"] == ["hello"]
+    assert load_training_data(SUPERVISED, str(tmp_path / "b.jsonl"))[0]["text"] == ["hello"]
     (tmp_path / "b.csv").write_bytes(b"\xef\xbb\xbfprompt,completion\n2+2=,4\n")
-    assert load_training_data("sft", str(tmp_path / "b.csv"))[0][0] == {"prompt": "2+2=", "completion": "4"}
+    assert load_training_data(SUPERVISED, str(tmp_path / "b.csv"))[0][0] == {"prompt": "2+2=", "completion": "4"}
     (tmp_path / "b.txt").write_bytes(b"\xef\xbb\xbfone prompt\n")
     assert read_text(tmp_path / "b.txt", "--input") == "one prompt\n"
     assert read_text_file(tmp_path / "b.txt") == ("one prompt\n", "text (UTF-8 with BOM)")
@@ -178,15 +179,15 @@ def test_a_utf8_bom_is_read(tmp_path):
 
 def test_integers_where_text_belongs_become_text(tmp_path):
     path = write_jsonl(tmp_path / "n.jsonl", [{"prompt": "2+2=", "completion": 4}, {"prompt": 7, "completion": "seven"}])
-    assert load_training_data("sft", path)[0][:] == {"prompt": ["2+2=", "7"], "completion": ["4", "seven"]}
+    assert load_training_data(SUPERVISED, path)[0][:] == {"prompt": ["2+2=", "7"], "completion": ["4", "seven"]}
     path = write_parquet(tmp_path / "n.parquet", [{"prompt": "2+2=", "completion": 4}])
-    dataset, _ = load_training_data("sft", path)
+    dataset, _ = load_training_data(SUPERVISED, path)
     assert dataset.column_names == ["prompt", "completion"] and dataset[0]["completion"] == "4"
     (tmp_path / "n.csv").write_text("prompt,completion\n1/2,0.50\n")  # CSV cells stay text: no '0.5'
-    assert load_training_data("sft", str(tmp_path / "n.csv"))[0][0] == {"prompt": "1/2", "completion": "0.50"}
+    assert load_training_data(SUPERVISED, str(tmp_path / "n.csv"))[0][0] == {"prompt": "1/2", "completion": "0.50"}
     (tmp_path / "n.csv").write_text("prompt,completion\na,b\nc,d,e\n")
     with pytest.raises(WeMaskError, match="n.csv row 2 \\(line 3\\) has more fields than the header"):
-        load_training_data("sft", str(tmp_path / "n.csv"))
+        load_training_data(SUPERVISED, str(tmp_path / "n.csv"))
 
 
 @pytest.mark.parametrize(
@@ -201,20 +202,20 @@ def test_integers_where_text_belongs_become_text(tmp_path):
 )
 def test_non_text_values_are_one_line_naming_row_and_column(tmp_path, rows, message):
     with pytest.raises(WeMaskError) as info:
-        load_training_data("sft", write_jsonl(tmp_path / "bad.jsonl", rows))
+        load_training_data(SUPERVISED, write_jsonl(tmp_path / "bad.jsonl", rows))
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
 def test_parquet_rows_are_checked_with_their_number(tmp_path):
     path = write_parquet(tmp_path / "p.parquet", [{"prompt": "a", "completion": 1.5}, {"prompt": "b", "completion": None}])
     with pytest.raises(WeMaskError, match=r"p.parquet row 1: 'completion' is a number \(1.5\)"):
-        load_training_data("sft", path)
+        load_training_data(SUPERVISED, path)
 
 
 def test_binary_files_are_refused_on_one_line(tmp_path):
     (tmp_path / "img.jsonl").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
     with pytest.raises(WeMaskError, match=r"img.jsonl is a binary file \(a NUL byte at offset 8\), not text"):
-        load_training_data("sft", str(tmp_path / "img.jsonl"))
+        load_training_data(SUPERVISED, str(tmp_path / "img.jsonl"))
     with pytest.raises(WeMaskError, match="is a binary file"):
         read_text_file(tmp_path / "img.jsonl")
     (tmp_path / "latin").write_bytes("caf\xe9".encode("latin-1"))
@@ -237,13 +238,13 @@ def test_any_text_file_reads_as_text(tmp_path):
 def test_a_save_to_disk_folder_loads(tmp_path):
     rows = [{"prompt": f"p{i}", "completion": f"c{i}"} for i in range(4)]
     datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "saved"))
-    assert len(load_training_data("sft", str(tmp_path / "saved"))[0]) == 4
+    assert len(load_training_data(SUPERVISED, str(tmp_path / "saved"))[0]) == 4
     splits = datasets.DatasetDict({"train": datasets.Dataset.from_list(rows), "test": datasets.Dataset.from_list(rows[:1])})
     splits.save_to_disk(str(tmp_path / "dict"))
-    assert len(load_training_data("sft", str(tmp_path / "dict"), split="test")[0]) == 1
-    assert load_training_data("sft", str(tmp_path / "dict"), split="train[1:3]")[0]["prompt"] == ["p1", "p2"]
+    assert len(load_training_data(SUPERVISED, str(tmp_path / "dict"), split="test")[0]) == 1
+    assert load_training_data(SUPERVISED, str(tmp_path / "dict"), split="train[1:3]")[0]["prompt"] == ["p1", "p2"]
     with pytest.raises(WeMaskError, match="a saved DatasetDict\\) has no split 'validation': it has train, test"):
-        load_training_data("sft", str(tmp_path / "dict"), split="validation")
+        load_training_data(SUPERVISED, str(tmp_path / "dict"), split="validation")
 
 
 def test_a_hub_snapshot_folder_loads_by_split(tmp_path):
@@ -255,13 +256,13 @@ def test_a_hub_snapshot_folder_loads_by_split(tmp_path):
         write_parquet(snapshot / config / "train-00000-of-00002.parquet", verl_rows(2))
         write_parquet(snapshot / config / "train-00001-of-00002.parquet", verl_rows(1))
         write_parquet(snapshot / config / "test-00000-of-00001.parquet", verl_rows(1))
-    dataset, fmt = load_training_data("grpo", str(snapshot), config="main")
+    dataset, fmt = load_training_data(PROMPTS, str(snapshot), config="main")
     assert len(dataset) == 3 and fmt.name.startswith("verl")
-    assert len(load_training_data("grpo", str(snapshot), config="main", split="test")[0]) == 1
+    assert len(load_training_data(PROMPTS, str(snapshot), config="main", split="test")[0]) == 1
     with pytest.raises(WeMaskError, match=r"sit in several folders \(main, socratic\): choose one with --dataset-config"):
-        load_training_data("grpo", str(snapshot))
+        load_training_data(PROMPTS, str(snapshot))
     with pytest.raises(WeMaskError, match="has no files for split 'validation'; the splits its file names give: test, train"):
-        load_training_data("grpo", str(snapshot), config="main", split="validation")
+        load_training_data(PROMPTS, str(snapshot), config="main", split="validation")
 
 
 def test_a_folder_of_jsonl_files_names_the_file_and_line(tmp_path):
@@ -270,16 +271,16 @@ def test_a_folder_of_jsonl_files_names_the_file_and_line(tmp_path):
     write_jsonl(folder / "part-a.jsonl", [{"text": "one"}, {"text": "two"}])
     write_jsonl(folder / "part-b.jsonl", [{"text": "three"}, {"text": ""}])
     with pytest.raises(WeMaskError, match=r"shards \(part-b.jsonl line 2\) has no 'text'"):
-        load_training_data("sft", str(folder))
+        load_training_data(SUPERVISED, str(folder))
     write_jsonl(folder / "part-b.jsonl", [{"text": "three"}])
-    assert load_training_data("sft", str(folder))[0]["text"] == ["one", "two", "three"]
+    assert load_training_data(SUPERVISED, str(folder))[0]["text"] == ["one", "two", "three"]
 
 
 def test_a_folder_without_data_says_what_it_accepts(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     (tmp_path / "model.safetensors").write_bytes(b"\x00")
     with pytest.raises(WeMaskError) as info:
-        load_training_data("sft", str(tmp_path))
+        load_training_data(SUPERVISED, str(tmp_path))
     assert str(info.value) == (
         f"--dataset {tmp_path} is a folder without a dataset (it holds model.safetensors, notes.txt): give a "
         ".jsonl/.json/.parquet/.csv file, a folder written by datasets' save_to_disk, or a folder of such files (a hub snapshot)"

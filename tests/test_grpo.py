@@ -13,6 +13,7 @@ import torch
 
 from wemask_cli import WeMaskConfig
 from wemask_cli.cli import main
+from wemask_cli.data.formats import PROMPTS as PROMPT_DATA
 from wemask_cli.method.arch import resolve_layers
 from wemask_cli.method.wemask_hook import masked_layers
 from wemask_cli.models import loading as models_module
@@ -339,7 +340,7 @@ def test_gsm8k_layout_becomes_chat_prompts(tiny_tokenizer):
     from wemask_cli.data import load_training_data
     from wemask_cli.rewards import math_reward
 
-    dataset, fmt = load_training_data("grpo", MATH)
+    dataset, fmt = load_training_data(PROMPT_DATA, MATH)
     assert fmt.name == "question-answer (GSM8K)" and len(dataset) == 100
     chat = grpo.prepare_dataset(dataset, tiny_tokenizer, None, [math_reward])
     assert chat[0]["prompt"] == [{"role": "user", "content": dataset[0]["question"]}]
@@ -348,7 +349,7 @@ def test_gsm8k_layout_becomes_chat_prompts(tiny_tokenizer):
     assert plain[0]["prompt"] == dataset[0]["question"]
     with pytest.raises(Exception, match=r"the math reward needs the reference answers in an 'answer' \(or 'solution'\) column"):
         grpo.prepare_dataset(Dataset.from_dict({"prompt": ["hi"]}), tiny_tokenizer, None, [math_reward])
-    renamed, _ = load_training_data("grpo", MATH, columns="prompt=question,solution=answer")  # TRL's prompt/solution data
+    renamed, _ = load_training_data(PROMPT_DATA, MATH, columns="prompt=question,solution=answer")  # TRL's prompt/solution data
     assert grpo.prepare_dataset(renamed, tiny_tokenizer, None, [math_reward])[0]["solution"].endswith("#### 48")
     assert math_reward([r"\boxed{48}", "no idea"], solution=[renamed[0]["solution"]] * 2) == [1.0, 0.0]
 

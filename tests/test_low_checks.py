@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import run_main
 
+from wemask_cli.data.formats import SUPERVISED
 from wemask_cli.method.config import WeMaskConfig
 from wemask_cli.runtime.errors import WeMaskError
 
@@ -52,7 +53,7 @@ def test_sharegpt_turns_out_of_order_are_refused(turns, problem, tmp_path):
     path = tmp_path / "chat.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in [*good, bad]))
     with pytest.raises(WeMaskError, match=re.escape(f"line 2: the conversation's turns are out of order ({problem}")):
-        load_training_data("sft", str(path))
+        load_training_data(SUPERVISED, str(path))
 
 
 def test_a_fifo_given_as_data_is_named_as_such(tmp_path):
@@ -64,6 +65,6 @@ def test_a_fifo_given_as_data_is_named_as_such(tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     with pytest.raises(WeMaskError, match=r"--dataset .*pipe is not a regular file \(a pipe, socket or device\)"):
-        load_training_data("sft", str(fifo))
+        load_training_data(SUPERVISED, str(fifo))
     with pytest.raises(WeMaskError, match=r"--data .*pipe is not a regular file"):
         read_text_file(fifo)

@@ -10,6 +10,7 @@ import pytest
 from conftest import run_main
 
 from wemask_cli.data import detect_format, load_training_data
+from wemask_cli.data.formats import PREFERENCE, PROMPTS, SUPERVISED
 from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.train.options import TrainOptions
 from wemask_cli.train.resolve import resolve as resolve_settings
@@ -41,39 +42,39 @@ def test_sft_formats_are_detected_and_extra_columns_dropped(tmp_path):
         "text": [{"text": "plain text"}],
     }
     for name, rows in cases.items():
-        dataset, fmt = load_training_data("sft", str(write_jsonl(tmp_path / f"{name}.jsonl", rows)))
+        dataset, fmt = load_training_data(SUPERVISED, str(write_jsonl(tmp_path / f"{name}.jsonl", rows)))
         assert fmt.name == name
         assert dataset.column_names == list(fmt.columns)
     conversational = [{"prompt": chat[:1], "completion": chat[1:]}]
-    dataset, fmt = load_training_data("sft", str(write_jsonl(tmp_path / "conv.jsonl", conversational)))
+    dataset, fmt = load_training_data(SUPERVISED, str(write_jsonl(tmp_path / "conv.jsonl", conversational)))
     assert fmt.name == "prompt-completion" and dataset[0]["prompt"][0]["role"] == "user"
 
 
 def test_other_stages_formats():
-    assert detect_format("dpo", ["prompt", "chosen", "rejected"], "x").name == "prompt-chosen-rejected"
-    assert detect_format("dpo", ["chosen", "rejected"], "x").name.startswith("chosen-rejected")
-    assert detect_format("grpo", ["prompt", "answer"], "x").keep_other_columns
+    assert detect_format(PREFERENCE, ["prompt", "chosen", "rejected"], "x").name == "prompt-chosen-rejected"
+    assert detect_format(PREFERENCE, ["chosen", "rejected"], "x").name.startswith("chosen-rejected")
+    assert detect_format(PROMPTS, ["prompt", "answer"], "x").keep_other_columns
 
 
 def test_bundled_data_loads():
     for name, fmt in (("sft_chat.jsonl", "messages"), ("math_sft.jsonl", "prompt-completion")):
-        dataset, found = load_training_data("sft", str(ROOT / "data" / name))
+        dataset, found = load_training_data(SUPERVISED, str(ROOT / "data" / name))
         assert found.name == fmt and len(dataset) > 10
 
 
 def test_columns_renames_splits_and_file_types(tmp_path):
     rows = [{"question": f"q{i}", "answer": f"a{i}"} for i in range(10)]
     path = write_jsonl(tmp_path / "gsm.jsonl", rows)
-    dataset, fmt = load_training_data("sft", str(path), columns="prompt=question,completion=answer", split="train[2:5]")
+    dataset, fmt = load_training_data(SUPERVISED, str(path), columns="prompt=question,completion=answer", split="train[2:5]")
     assert fmt.name == "prompt-completion" and dataset["prompt"] == ["q2", "q3", "q4"]
     (tmp_path / "list.json").write_text(json.dumps([{"text": "a"}, {"text": "b"}]))
-    assert len(load_training_data("sft", str(tmp_path / "list.json"))[0]) == 2
+    assert len(load_training_data(SUPERVISED, str(tmp_path / "list.json"))[0]) == 2
     (tmp_path / "t.csv").write_text("prompt,completion\nhi,there\n")
-    assert load_training_data("sft", str(tmp_path / "t.csv"))[1].name == "prompt-completion"
+    assert load_training_data(SUPERVISED, str(tmp_path / "t.csv"))[1].name == "prompt-completion"
     import datasets
 
     datasets.Dataset.from_list([{"text": "x"}, {"text": "y"}]).to_parquet(str(tmp_path / "t.parquet"))
-    assert len(load_training_data("sft", str(tmp_path / "t.parquet"))[0]) == 2
+    assert len(load_training_data(SUPERVISED, str(tmp_path / "t.parquet"))[0]) == 2
 
 
 @pytest.mark.parametrize(
@@ -93,21 +94,21 @@ def test_bad_data_errors(tmp_path, content, message):
     path = tmp_path / "bad.jsonl"
     path.write_text("\n".join(content) + ("\n" if content else ""))
     with pytest.raises(WeMaskError, match=None) as info:
-        load_training_data("sft", str(path))
+        load_training_data(SUPERVISED, str(path))
     assert message in str(info.value)
 
 
 def test_missing_file_unknown_type_and_local_split(tmp_path):
     with pytest.raises(WeMaskError, match="no such file"):
-        load_training_data("sft", str(tmp_path / "nope.jsonl"))
+        load_training_data(SUPERVISED, str(tmp_path / "nope.jsonl"))
     (tmp_path / "x.txt").write_text("hello")
     with pytest.raises(WeMaskError, match="unsupported file type '.txt'"):
-        load_training_data("sft", str(tmp_path / "x.txt"))
+        load_training_data(SUPERVISED, str(tmp_path / "x.txt"))
     path = write_jsonl(tmp_path / "a.jsonl", [{"text": "a"}])
     with pytest.raises(WeMaskError, match="single split 'train'"):
-        load_training_data("sft", str(path), split="test")
+        load_training_data(SUPERVISED, str(path), split="test")
     with pytest.raises(WeMaskError, match="does not have"):
-        load_training_data("sft", str(path), columns="prompt=question")
+        load_training_data(SUPERVISED, str(path), columns="prompt=question")
 
 
 # --- configuration --------------------------------------------------------------------------------------------------

@@ -25,7 +25,6 @@ from wemask_cli.data.formats import (
     detect_format,
     is_conversation,
     text_problem,
-    training_data,
 )
 from wemask_cli.data.local import load_local
 from wemask_cli.data.readers import LOCAL_SUFFIXES, content_sha256, load_hub, looks_local, read_json_rows, read_text, read_text_file, slice_local
@@ -37,5 +36,4 @@ __all__ = [
     "column_value", "content_sha256", "detect_format", "has_column", "is_conversation", "is_verl", "load_hub", "load_local",
     "load_training_data", "looks_local", "missing_column_message", "nested_columns", "open_dataset",
     "parse_column_map", "read_json_rows", "read_text", "read_text_file", "report_dropped", "slice_local", "text_problem",
-    "training_data",
 ]

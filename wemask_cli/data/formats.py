@@ -54,26 +54,13 @@ PROMPTS = TrainingData("grpo", (
     DataFormat("prompt", ("prompt",), keep_other_columns=True),
     DataFormat("question-answer (GSM8K)", ("question", "answer"), keep_other_columns=True),
 ), "prompts")
-BUILTIN_DATA = {data.stage: data for data in (SUPERVISED, PREFERENCE, PROMPTS)}  # a built-in stage's name stands for its data
-
-
-def training_data(stage: TrainingData | str) -> TrainingData:
-    """A TrainingData, or a built-in stage's by its name ("sft", "dpo", "grpo")."""
-    if isinstance(stage, TrainingData):
-        return stage
-    if stage not in BUILTIN_DATA:
-        raise WeMaskError(f"no dataset formats are defined for stage {stage!r}")
-    return BUILTIN_DATA[stage]
-
-
 def is_conversation(value) -> bool:
     """A list of {'role', 'content'} messages (TRL's conversational form)."""
     return isinstance(value, list) and bool(value) and all(isinstance(m, dict) and "role" in m for m in value)
 
 
-def detect_format(stage: TrainingData | str, columns, where: str) -> DataFormat:
-    """The first of the stage's formats whose columns are all present, or an error naming what was found."""
-    data = training_data(stage)
+def detect_format(data: TrainingData, columns, where: str) -> DataFormat:
+    """The first of the data's formats whose columns are all present, or an error naming what was found."""
     present = set(columns)
     for fmt in data.formats:
         if set(fmt.columns) <= present:

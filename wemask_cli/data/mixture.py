@@ -49,7 +49,7 @@ def mixture_shares(sizes: list[int], fractions: list) -> list[int]:
     return [round(weight * total) for weight in weights]
 
 
-def load_mixture(stage: TrainingData | str, entries, columns=None, test_split_size=None, seed: int = 0):
+def load_mixture(data: TrainingData, entries, columns=None, test_split_size=None, seed: int = 0):
     """(train dataset, eval dataset or None, format) of a `datasets:` mixture (see the module docstring)."""
     from datasets import concatenate_datasets
 
@@ -64,7 +64,7 @@ def load_mixture(stage: TrainingData | str, entries, columns=None, test_split_si
                                               what=f"datasets entry {number}")  # fmt: skip
         if entry.get("columns"):
             dataset = dataset.select_columns(entry["columns"])
-        dataset, fmt = prepare_training_data(stage, dataset, labels, where, columns)
+        dataset, fmt = prepare_training_data(data, dataset, labels, where, columns)
         parts.append(dataset)
         formats.append(fmt)
     if len({fmt.columns for fmt in formats}) > 1:

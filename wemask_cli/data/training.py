@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from wemask_cli.data.columns import apply_column_map, parse_column_map
-from wemask_cli.data.formats import TrainingData, check_rows, detect_format, training_data
+from wemask_cli.data.formats import TrainingData, check_rows, detect_format
 from wemask_cli.data.layouts import adapt_layout
 from wemask_cli.data.local import load_local
 from wemask_cli.data.readers import load_hub, looks_local
@@ -36,7 +36,7 @@ def open_dataset(spec, *, split: str | None = "train", config: str | None = None
 
 
 def load_training_data(
-    stage: TrainingData | str,
+    data: TrainingData,
     spec: str,
     *,
     split: str | None = "train",
@@ -44,15 +44,14 @@ def load_training_data(
     columns: str | dict | None = None,
     what: str = "--dataset",
 ):
-    """(dataset, format) for `stage` (its TrainingData, or a built-in stage's name): columns mapped, known layouts
-    adapted, format detected, rows checked, never empty."""
+    """(dataset, format) for a stage's TrainingData (formats.SUPERVISED, PREFERENCE, PROMPTS, a stage's own): columns
+    mapped, known layouts adapted, format detected, rows checked, never empty."""
     dataset, labels, where = open_dataset(spec, split=split, config=config, what=what)
-    return prepare_training_data(stage, dataset, labels, where, columns)
+    return prepare_training_data(data, dataset, labels, where, columns)
 
 
-def prepare_training_data(stage: TrainingData | str, dataset, labels: list[str] | None, where: str, columns=None):
+def prepare_training_data(data: TrainingData, dataset, labels: list[str] | None, where: str, columns=None):
     """(dataset, format) of an opened dataset: columns mapped, known layouts adapted, format detected, rows checked."""
-    data = training_data(stage)
     dataset = apply_column_map(dataset, parse_column_map(columns), where)
     adapted = adapt_layout(data, dataset, labels, where)
     dataset, fmt, labels = adapted or (dataset, detect_format(data, dataset.column_names, where), labels)
