@@ -12,7 +12,7 @@ torch math when it is called.
 
 from __future__ import annotations
 
-import sys
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -54,7 +54,8 @@ SCHEMES: Registry[Scheme] = Registry("quantization scheme", "wemask.quantization
 
 def register(scheme: Scheme) -> Scheme:
     """Make `scheme` a --quantize choice (after those registered before it); its source is the registering module."""
-    module = sys._getframe(1).f_globals.get("__name__", "?")
+    caller = inspect.currentframe().f_back
+    module = caller.f_globals.get("__name__", "?") if caller is not None else "?"
     builtin = " (built-in)" if module.startswith("wemask_cli.") else ""
     return SCHEMES.register(scheme, f"{module}.{scheme.name}{builtin}")
 
