@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from wemask_cli.engines.base import DEFAULT_ENGINE
 from wemask_cli.eval.settings import EvalSettings
 from wemask_cli.outputs import check_inputs_outside, check_writable, claim_output_dir
 from wemask_cli.runtime.errors import WeMaskError
@@ -36,7 +37,7 @@ class EvalRequest:
     quantize: str | None = None  # e.g. "none,w8a8,w4a4,fp4"
     fp4_block_size: int = 16
     smoothquant: float | None = None
-    engine: str = "transformers"  # an engine's name (wemask_cli.engines.base.ENGINES)
+    engine: str = DEFAULT_ENGINE  # an engine's name (wemask_cli.engines.base.ENGINES)
     vllm_memory: float | None = None  # --vllm-memory: GiB of KV cache on CPU, a share of the GPU
     trust_remote_code: bool = False
 

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from wemask_cli.engines.base import EngineRequest, engine_class
+from wemask_cli.engines.base import DEFAULT_ENGINE, EngineRequest, engine_class
 from wemask_cli.method.config import WeMaskConfig
 from wemask_cli.outputs import atomic_write_text, dumps_strict
 from wemask_cli.prompts.files import read_prompt_file
@@ -115,7 +115,7 @@ class InferRequest:
     overwrite: bool = False
     dtype: str = "auto"
     base_quantization: str = "recorded"  # models.BASE_QUANTIZATIONS
-    engine: str = "transformers"
+    engine: str = DEFAULT_ENGINE
     vllm_memory: float | None = None  # --vllm-memory: GiB of KV cache on CPU, a share of the GPU
     trust_remote_code: bool = False
 
