@@ -121,15 +121,12 @@ class Registry(Generic[T]):
     def builtins(self) -> dict[str, T]:
         """The entries wemask declares (in `builtin`'s order), without loading any plugin."""
         self._load_builtins()
-        return {name: entry for name, entry in self._ordered().items() if self._sources[name].endswith("(built-in)")}
-
-    def _ordered(self) -> dict[str, T]:
-        """The entries registered so far, in `entries()`'s order; loads nothing."""
-        return {name: self._entries[name] for name in sorted(self._entries, key=self._rank)}
+        return {name: entry for name, entry in self.registered().items() if self._sources[name].endswith("(built-in)")}
 
     def registered(self) -> dict[str, T]:
-        """The entries registered so far, loading nothing (for a `check` that compares a new entry with the others)."""
-        return dict(self._entries)
+        """The entries registered so far, in `entries()`'s order, loading nothing (for a `check` that compares a new
+        entry with the others)."""
+        return {name: self._entries[name] for name in sorted(self._entries, key=self._rank)}
 
     @contextmanager
     def restoring(self) -> Iterator[Registry[T]]:
@@ -147,7 +144,7 @@ class Registry(Generic[T]):
     def entries(self) -> dict[str, T]:
         """Every entry by name: the built-ins in `builtin`'s order, then the plugins' in registration order."""
         self._load()
-        return self._ordered()
+        return self.registered()
 
     def _rank(self, name: str) -> int:
         """Built-in modules in `builtin`'s order (entries declared elsewhere in wemask first), plugins last."""
@@ -174,6 +171,3 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.entries())
-
-    def __len__(self) -> int:
-        return len(self.entries())
