@@ -214,13 +214,15 @@ def test_every_benchmark_has_a_dated_reproducible_record():
         assert record["command"] == f"python bench/run.py {name}"
 
 
-def test_the_readme_says_what_wemask_is_then_installs_then_starts_in_five_commands():
+def test_the_readme_says_what_wemask_is_then_installs_then_starts_in_five_commands_then_sweeps():
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 150
     headings = re.findall(r"^## (.+)$", text, flags=re.M)
-    assert headings == ["Install", "Quick start", "From a checkout", "Documentation"]
+    assert headings == ["Install", "Quick start", "A sweep over the mask rate", "From a checkout", "Documentation"]
     intro = text.split("## Install")[0]
     assert "ME layer" in intro and "2605.08504" in intro and "2601.22966" in intro
     quick = [c for c in page_commands(ROOT / "README.md") if c.marker is None]
     assert [c.wemask_args[0] for c in quick] == ["locate", "infer", "sft", "eval", "report"]
     assert [c.text for c in quick] == [c.text for c in QUICK], "the README's quick start is the quick start page's"
+    sweep = [c.wemask_args[0] for c in page_commands(ROOT / "README.md") if c.marker == "tested-by"]
+    assert sweep[-1] == "report" and {"sft", "eval"} <= set(sweep), "the README's sweep trains, evaluates, then reports"
