@@ -31,7 +31,7 @@ CHANGELOG_WORDING = re.compile(
 )
 # `--flag` ... (default X) / `--flag`, default `X` / `--flag X` (the default) / `--flag X`, the default
 FLAG_THEN_TEXT = re.compile(r"`(--[a-z][\w-]*)((?: [^`\s]+)?)`((?:(?!`-)[^\n]){0,60})")
-DEFAULT_SAID = re.compile(r"^[^.;]*?(?:\(|, )default:? `?([\w.\-/]+)`?")
+DEFAULT_SAID = re.compile(r"^[^.;]*?(?:(?:\(|, )default:?|\bdefaults to) `?([\w.\-/]+)`?")
 VALUE_IS_DEFAULT = re.compile(r"^\s*(?:\(|, |is |— )?(?:the )?default\b")
 NOT_A_VALUE = {"in", "inside", "with", "when", "on", "the", "a", "an", "is", "from", "for", "of", "to", "and", "or", "next"}
 NO_SUCH_FLAG = re.compile(r"\b(?:has no|there is no|no such) `(-{1,2}[\w-]+)`|\bno `(-{1,2}[\w-]+)` (?:flag|option|switch)")
@@ -103,13 +103,16 @@ def default_claims(text: str) -> list[tuple[str, str, str]]:
 
 def test_the_claim_reader_finds_the_forms_pages_use():
     text = ("`--eval-split` (default `test`), `--mode aware` (default), `--window` is the longest input (default 256), "
-            "`--base-quantization recorded|none`, default `recorded`, `--me-layer auto` (the default with a rate)")  # fmt: skip
+            "`--base-quantization recorded|none`, default `recorded`, `--me-layer auto` (the default with a rate), "
+            "`--output-dir` defaults to `trainer_output`")  # fmt: skip
     assert [(flag, value) for flag, value, _ in default_claims(text)] == [
         ("--eval-split", "test"), ("--mode", "aware"), ("--window", "256"), ("--base-quantization", "recorded"), ("--me-layer", "auto"),
+        ("--output-dir", "trainer_output"),
     ]  # fmt: skip
     real = tool_defaults()
     assert not same_value("test", real["--eval-split"]) and same_value("train", real["--eval-split"])
     assert same_value("256", real["--window"]) and same_value("auto", real["--me-layer"])
+    assert same_value("trainer_output", real["--output-dir"]) and not same_value("runs", real["--output-dir"])
 
 
 def test_every_default_a_page_states_is_the_commands():
