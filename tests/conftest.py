@@ -11,6 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 import transformers
+from ci_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks: CI=true refuses skips)
 
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
