@@ -23,7 +23,7 @@ from wemask_cli.cli.options import (
     TrustRemoteCodeOpt,
     VllmMemoryOpt,
 )
-from wemask_cli.engines.base import DEFAULT_ENGINE
+from wemask_cli.commands import DEFAULT_ENGINE
 from wemask_cli.eval.quantize.schemes import DEFAULT_BLOCK_SIZE, block_size_help, quantize_help  # torch-free registry
 from wemask_cli.eval.tasks.base import TASK_FLAGS, TaskFlag
 from wemask_cli.eval.tasks.registry import accepting, declaring, task_flags, task_help, tasks  # torch-free registry

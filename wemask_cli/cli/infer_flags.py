@@ -23,7 +23,7 @@ from wemask_cli.cli.options import (
     TrustRemoteCodeOpt,
     VllmMemoryOpt,
 )
-from wemask_cli.engines.base import DEFAULT_ENGINE
+from wemask_cli.commands import DEFAULT_ENGINE
 from wemask_cli.prompts.files import PROMPT_FILE_LAYOUTS
 
 
