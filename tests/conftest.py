@@ -171,7 +171,7 @@ def trl_flags_known():
     """TRL's flag spellings in the cache folder, as any earlier training command of these releases leaves them."""
     from wemask_cli.train.trl_flags import trl_flags
 
-    return {config: trl_flags(config) for config in ("SFTConfig", "DPOConfig", "GRPOConfig")}
+    return {config: trl_flags(f"trl:{config}") for config in ("SFTConfig", "DPOConfig", "GRPOConfig")}
 
 
 def pytest_collection_modifyitems(items):

@@ -48,7 +48,7 @@ STAGE = STAGES.register(StageSpec(
     --num-generations, --max-completion-length, --temperature, --beta, --use-vllm, ...
     """,
     "wemask_cli.train.grpo:GRPOStage",
-    "GRPOConfig",
+    "trl:GRPOConfig",
     PROMPTS,
     flags=(
         StageFlag(
