@@ -11,6 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 import transformers
+from ci_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks: CI=true refuses skips)
 
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
@@ -170,7 +171,7 @@ def trl_flags_known():
     """TRL's flag spellings in the cache folder, as any earlier training command of these releases leaves them."""
     from wemask_cli.train.trl_flags import trl_flags
 
-    return {config: trl_flags(config) for config in ("SFTConfig", "DPOConfig", "GRPOConfig")}
+    return {config: trl_flags(f"trl:{config}") for config in ("SFTConfig", "DPOConfig", "GRPOConfig")}
 
 
 def pytest_collection_modifyitems(items):

@@ -14,6 +14,10 @@ constant prefix names; a top-level constant is read), an import function used as
 other use of sys.modules (assigned, iterated, passed), exec, eval and compile, and the loaders that run a file as a
 module (importlib.util.spec_from_file_location and module_from_spec, importlib.machinery, importlib.reload, runpy,
 pkgutil.resolve_name).
+
+A `Registry(..., package=P, builtin=(M, ...))` built anywhere imports P.M for each M when first read: each is an
+import of that module (`loads`: ranked like any import; not a cycle edge, since the loaded module registers into
+the registry, depending on it, not the other way). A package or built-in list that is not a constant is refused.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ LOADERS = ("importlib.util.spec_from_file_location", "importlib.util.module_from
            "importlib.machinery", "importlib.reload", "runpy", "zipimport", "pkgutil.resolve_name")
 REACHES_IMPORTS = ("importlib", "importlib.util", "builtins", "sys")  # getattr on these with a computed name: refused
 BUILTINS = ("__import__", "exec", "eval", "compile")
+REGISTRY = "wemask_cli.runtime.registry.Registry"  # builds an extension point that imports its `builtin` modules
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,7 @@ class Import:
     target: str  # an absolute dotted name: a wemask_cli module when it is one, else what the code names
     exact: bool = True  # False: an f-string's package prefix
     typing_only: bool = False  # inside `if TYPE_CHECKING:`
+    loads: bool = False  # a Registry's built-in module: ranked, not a cycle edge
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,12 @@ class Names:
             and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
             and assigned.count(node.targets[0].id) == 1
         }
+        self.tuples = {  # NAME = ("a", "b") at the top level, never assigned again: its strings
+            node.targets[0].id: tuple(item.value for item in node.value.elts) for node in tree.body
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Tuple) and assigned.count(node.targets[0].id) == 1
+            and all(isinstance(item, ast.Constant) and isinstance(item.value, str) for item in node.value.elts)
+        }
         for _ in range(2):  # `a = importlib; b = a.import_module`: aliases of aliases
             for node in ast.walk(tree):
                 if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -156,8 +168,8 @@ class ImportFinder(ast.NodeVisitor):
         self.module, self.known, self.names = module, known, names
         self.found, self.dynamic, self.typing_only, self.followed = [], [], False, set()
 
-    def add(self, line: int, target: str, exact: bool = True) -> None:
-        self.found.append(Import(line, target, exact, self.typing_only))
+    def add(self, line: int, target: str, exact: bool = True, loads: bool = False) -> None:
+        self.found.append(Import(line, target, exact, self.typing_only, loads))
 
     def refuse(self, node: ast.AST) -> None:
         self.dynamic.append(Dynamic(node.lineno, ast.unparse(node)))
@@ -206,6 +218,8 @@ class ImportFinder(ast.NodeVisitor):
         elif called == "sys.modules.get" and node.args:
             self.followed.add(id(node.func.value) if isinstance(node.func, ast.Attribute) else id(node.func))
             self.fetch(node, node.args[0])
+        elif called == REGISTRY:
+            self.registry(node)
         elif called in RUNS_CODE or self.computed_getattr(node) or self.namespace_of(node):
             self.followed.add(id(node.func))
             self.refuse(node)
@@ -234,6 +248,23 @@ class ImportFinder(ast.NodeVisitor):
     def computed_getattr(self, node: ast.Call) -> bool:
         return (isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) >= 2
                 and self.names.qualified(node.args[0]) in REACHES_IMPORTS and not isinstance(node.args[1], ast.Constant))
+
+    def registry(self, node: ast.Call) -> None:
+        """Registry(..., package=P, builtin=(M, ...)): an import of each P.M, or refused when either is not a constant."""
+        keywords = {k.arg: k.value for k in node.keywords}
+        package = keywords.get("package")
+        anchor = self.anchor(package) if package is not None else ""
+        listed = keywords.get("builtin")
+        if listed is None:
+            builtin: tuple = ()
+        elif isinstance(listed, ast.Tuple) and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in listed.elts):
+            builtin = tuple(e.value for e in listed.elts)
+        else:
+            builtin = self.names.tuples.get(listed.id) if isinstance(listed, ast.Name) else None
+        if not anchor or builtin is None:
+            return self.refuse(node)
+        for module in builtin:
+            self.add(node.lineno, f"{anchor}.{module}", loads=True)
 
     def fetch(self, node: ast.AST, name: ast.AST) -> None:
         """sys.modules[NAME] or sys.modules.get(NAME): an import of NAME when it is a constant, else refused."""

@@ -6,7 +6,9 @@
   count again) each add a level; an elif continues its if.
 - A class: at most MAX_CLASS_BODY statements outside its methods (fields, constants) and MAX_CLASS_STATEMENTS in
   all (its methods included).
-- A module: at most MAX_MODULE_STATEMENTS statements and MAX_MODULE_LINES lines.
+- A module: at most MAX_MODULE_STATEMENTS statements and MAX_MODULE_LINES lines; its top-level code (what runs at
+  import, outside functions, classes and imports) is a room like a function's.
+- A class defined inside a function continues the function's nesting (its body is one more level).
 
 No function is exempt by name: a Typer command's signature with many flags is one statement.
 """
@@ -25,6 +27,7 @@ MAX_MODULE_STATEMENTS = 250
 MAX_MODULE_LINES = 400
 BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.TryStar, ast.Match)
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)  # not top-level code
 COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
@@ -45,18 +48,17 @@ def levels(node: ast.AST, parent: ast.AST) -> int:
     """How many levels `node` adds below `parent`."""
     if isinstance(node, COMPREHENSIONS):
         return len(node.generators)
-    if isinstance(node, FUNCTIONS):
+    if isinstance(node, (*FUNCTIONS, ast.ClassDef)):
         return 1
     elif_branch = isinstance(parent, ast.If) and parent.orelse == [node] and isinstance(node, ast.If)
     return int(isinstance(node, BLOCKS) and not elif_branch)
 
 
 def nesting(node: ast.AST, depth: int = 0) -> int:
-    """The deepest nesting inside `node`, through closures and comprehensions (a nested class is measured alone)."""
+    """The deepest nesting inside `node`, through closures, comprehensions and nested classes."""
     deepest = depth
     for child in ast.iter_child_nodes(node):
-        if not isinstance(child, ast.ClassDef):
-            deepest = max(deepest, nesting(child, depth + levels(child, node)))
+        deepest = max(deepest, nesting(child, depth + levels(child, node)))
     return deepest
 
 
@@ -64,6 +66,9 @@ def room_problems(node: ast.AST, where: str) -> list[str]:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         found = [f"{where}: {n} statements" for n in [statements(node)] if n > MAX_STATEMENTS]
         return found + [f"{where}: blocks nested {d} deep" for d in [nesting(node)] if d > MAX_DEPTH]
+    if isinstance(node, ast.Module):
+        found = [f"{where}: {n} statements at top level" for n in [statements(node)] if n > MAX_STATEMENTS]
+        return found + [f"{where}: top-level blocks nested {d} deep" for d in [nesting(node)] if d > MAX_DEPTH]
     if isinstance(node, ast.ClassDef):
         found = [f"{where}: {n} statements in its body" for n in [statements(node, into_methods=False)] if n > MAX_CLASS_BODY]
         return found + [f"{where}: {n} statements" for n in [statements(node)] if n > MAX_CLASS_STATEMENTS]
@@ -75,6 +80,8 @@ def shape_problems(path: Path, name: str) -> list[str]:
     tree = ast.parse(source)
     problems = [f"{name}: {n} lines (split it: one concern per module)" for n in [len(source.splitlines())] if n > MAX_MODULE_LINES]
     problems += [f"{name}: {n} statements (split it: one concern per module)" for n in [statements(tree)] if n > MAX_MODULE_STATEMENTS]
+    top_level = ast.Module(body=[node for node in tree.body if not isinstance(node, DEFINITIONS)], type_ignores=[])
+    problems += room_problems(top_level, name)
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             problems += room_problems(node, f"{name}::{node.name}")
@@ -124,3 +131,16 @@ def test_a_class_body_is_measured(tmp_path):
     method = "    def m{}(self):\n" + "        x = 1\n" * 9
     methods = "class D:\n" + "".join(method.format(i) for i in range(16))
     assert planted(tmp_path, methods) == ["m.py::D: 160 statements"]  # each method is short; the class is not
+
+
+def test_top_level_code_is_a_room(tmp_path):
+    deep = "import os\n" + "".join("    " * i + f"if os.sep == '{i}':\n" for i in range(5)) + "    " * 5 + "X = 1\n"
+    long = "".join(f"if os.sep == '{i}':\n    X{i} = {i}\n" for i in range(21))
+    assert planted(tmp_path, deep) == ["m.py: top-level blocks nested 5 deep"]
+    assert planted(tmp_path, "import os\n" + long) == ["m.py: 42 statements at top level"]
+
+
+def test_a_class_inside_a_function_continues_its_nesting(tmp_path):
+    inner = ("def f(rows):\n    for row in rows:\n        if row:\n            class Inner:\n"
+             "                def m(self, cells):\n                    for cell in cells:\n                        return cell\n")
+    assert planted(tmp_path, inner) == ["m.py::f: blocks nested 5 deep"]  # Inner.m alone is 2 deep

@@ -21,9 +21,11 @@ Ranks (a module may import its own rank or lower, except as the rules below say)
                                   imported by every module (the user-facing error family; atomic writes)
 
 A module's rank is that of the longest dotted prefix RANKS names (runtime.progress, else runtime).
-Only cli/, render/ and __main__ import rich, typer or click; render never imports cli. A module without a rank (a
+Only cli/, render/ and __main__ import rich, typer or click; only engines/vllm/ and compat/vllm.py (vLLM's internals)
+import vllm, and only train/distributed.py imports deepspeed; render never imports cli. A `Registry` built over a
+package imports its built-in modules: those imports are ranked too. A module without a rank (a
 new top-level module or folder) fails the test until it is given one here. An f-string import counts as an import
-of every module under the package its constant prefix names.
+of every module under the package its constant prefix names, for the ranks and for the cycles.
 
 Cycles: the strongly connected components of the graph of imports between wemask_cli modules, top-level,
 function-level and `if TYPE_CHECKING:` alike (a function-level or typing-only import that closes a cycle hides a
@@ -56,6 +58,10 @@ RANKS = {
 }
 EDGE = ("cli", "render", "__main__")
 EDGE_ONLY = ("rich", "typer", "click")
+ENGINE_ONLY = {  # an optional engine's package: the only modules that import it
+    "vllm": ("engines.vllm", "compat.vllm"),
+    "deepspeed": ("train.distributed",),
+}
 ENGINE_USERS = ("commands", "eval", "train", "engines")
 DYNAMIC_IMPORTS = {  # the only modules that may import by a computed name, and why (what they name is still ranked)
     "wemask_cli/method/__init__.py": "lazy exports: each name's module comes from the package's own _EXPORTS table",
@@ -111,8 +117,13 @@ def import_broken(here: str, imp: Import, known: set[str]) -> str | None:
 
 
 def third_party_broken(here: str, target: str) -> str | None:
-    top = target.split(".")[0]
-    return f"only cli/, render/ and __main__ may import {top}" if top in EDGE_ONLY and rank_key(here) not in EDGE else None
+    top, inside = target.split(".")[0], here.removeprefix("wemask_cli.")
+    if top in EDGE_ONLY and rank_key(here) not in EDGE:
+        return f"only cli/, render/ and __main__ may import {top}"
+    owners = ENGINE_ONLY.get(top, ())
+    if owners and not any(inside == owner or inside.startswith(f"{owner}.") for owner in owners):
+        return f"only {' and '.join(o.replace('.', '/') + ('/' if o == 'engines.vllm' else '.py') for o in owners)} import {top}"
+    return None
 
 
 def layer_violations(mods: dict[str, Module], graph: dict[str, list[Import]], dynamic: dict[str, list[Dynamic]]) -> list[str]:
@@ -144,7 +155,8 @@ def runs_first(here: str, target: str, mods) -> list[str]:
 def import_edges(mods, graph: dict[str, list[Import]], executed: list) -> dict[str, dict[str, str]]:
     """{module: {module it imports: where}}: read and executed imports, and the package __init__ each runs first."""
     edges = {name: {} for name in mods}
-    found = [(name, i.target, f"{mods[name].path}:{i.line}") for name, imps in graph.items() for i in imps if i.exact]
+    found = [(name, target, f"{mods[name].path}:{i.line}") for name, imps in graph.items() for i in imps if not i.loads
+             for target in ([i.target] if i.exact else [m for m in mods if m.startswith(f"{i.target}.")])]
     found += [(here, there, f"{here} at run time ({how})") for here, there, how in executed if here in mods]
     for here, there, where in found:
         for target in runs_first(here, there, mods) + [there]:
@@ -422,3 +434,35 @@ def test_the_audit_catches_what_really_ran(tmp_path):
     static = "\n".join(violations(AT_RUN_TIME))  # and the reader refuses each of them
     assert all(f"{path}:" in static for path in ("commands/locate.py", "data/readers.py", "data/columns.py",
                                                 "mask_request/flags.py", "prompts/__init__.py")), static
+
+
+# The holes an honest contributor could fall through: each must be flagged.
+HOLES = {
+    "wemask_cli/__init__.py": "",
+    "wemask_cli/runtime/__init__.py": "",
+    "wemask_cli/runtime/registry.py": "class Registry:\n    pass\n",
+    "wemask_cli/data/__init__.py": "",
+    "wemask_cli/data/layouts.py": ("from wemask_cli.runtime.registry import Registry\n"
+                                   "R = Registry('x', 'g', object, package='wemask_cli.train', builtin=('run',))\n"),
+    "wemask_cli/data/readers.py": "from wemask_cli.runtime.registry import Registry\nR = Registry('x', 'g', object, package=P)\n",
+    "wemask_cli/train/__init__.py": "",
+    "wemask_cli/train/run.py": "from wemask_cli.eval import cycle\n",
+    "wemask_cli/eval/__init__.py": "",
+    "wemask_cli/eval/cycle.py": "import importlib\ndef f(n):\n    return importlib.import_module(f'wemask_cli.train.{n}')\n",
+    "wemask_cli/models/__init__.py": "",
+    "wemask_cli/models/loading.py": "import vllm\nfrom deepspeed import zero\n",
+}
+
+
+@pytest.mark.parametrize("expected", [
+    # a registry over a higher layer imports it
+    "data/layouts.py:2 imports wemask_cli.train.run: data (rank 2) may not import train (rank 4)",
+    "data/readers.py:2 Registry('x', 'g', object, package=P): a dynamic import",  # a package it cannot read
+    # an f-string import closes a cycle
+    "import cycle between wemask_cli.eval.cycle, wemask_cli.train.run",
+    "models/loading.py:1 imports vllm: only engines/vllm/ and compat/vllm.py import vllm",
+    "models/loading.py:2 imports deepspeed: only train/distributed.py import deepspeed",
+])
+def test_the_checker_closes_each_hole(expected):
+    found = violations(HOLES)
+    assert [line for line in found if expected in line], "\n".join(found)

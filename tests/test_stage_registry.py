@@ -36,7 +36,12 @@ def test_a_stage_declaration_is_checked_and_a_second_sft_names_both():
         STAGES.register(dataclasses.replace(sft, stage_class="elsewhere:Stage"), "elsewhere.Stage (plugin x)")
     with pytest.raises(RegistryError, match="is not a StageSpec"):
         STAGES.register(object())
-    assert "dict-stage" not in STAGES and STAGES.get("sft") is sft
+    with pytest.raises(RegistryError, match="names its TRL config 'SFTConfig': name it as 'module:Class' \\('trl:SFTConfig'\\)"):
+        STAGES.register(dataclasses.replace(sft, name="bare-config", trl_config="SFTConfig"))
+    assert "dict-stage" not in STAGES and "bare-config" not in STAGES and STAGES.get("sft") is sft
+    import trl
+
+    assert sft.config_class() is trl.SFTConfig and sft.load().__name__ == "SFTStage"
 
 
 def test_layouts_feed_kinds_of_data_not_stages():

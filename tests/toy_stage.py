@@ -11,7 +11,7 @@ STAGE = StageSpec(
     "toy-sft",
     "Toy supervised fine-tuning from a plugin (TRL's SFTTrainer; data as for sft).",
     "toy_stage:ToySFTStage",
-    "SFTConfig",
+    "trl:SFTConfig",
     SUPERVISED.named("toy-sft"),
     flags=(StageFlag("toy_note", str, "A note this stage copies into metrics.json.", default="plain"),),
 )

@@ -23,6 +23,7 @@ from wemask_cli.cli.options import (
     TrustRemoteCodeOpt,
     VllmMemoryOpt,
 )
+from wemask_cli.commands import DEFAULT_ENGINE
 from wemask_cli.eval.quantize.schemes import DEFAULT_BLOCK_SIZE, block_size_help, quantize_help  # torch-free registry
 from wemask_cli.eval.tasks.base import TASK_FLAGS, TaskFlag
 from wemask_cli.eval.tasks.registry import accepting, declaring, task_flags, task_help, tasks  # torch-free registry
@@ -117,7 +118,7 @@ def eval_(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an earlier wemask output in --output (never other files).")] = False,
     dtype: DtypeOpt = "auto",
     base_quantization: BaseQuantizationOpt = "recorded",
-    engine: EngineOpt = "transformers",
+    engine: EngineOpt = DEFAULT_ENGINE,
     vllm_memory: VllmMemoryOpt = None,
     trust_remote_code: TrustRemoteCodeOpt = False,
     **task_values,  # the task flags (with_task_flags)

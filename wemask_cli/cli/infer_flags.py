@@ -23,6 +23,7 @@ from wemask_cli.cli.options import (
     TrustRemoteCodeOpt,
     VllmMemoryOpt,
 )
+from wemask_cli.commands import DEFAULT_ENGINE
 from wemask_cli.prompts.files import PROMPT_FILE_LAYOUTS
 
 
@@ -46,7 +47,7 @@ def infer(
     strength: StrengthOpt = None,
     tokens: TokensOpt = None,
     overwrite: ReplaceOpt = False,
-    engine: EngineOpt = "transformers",
+    engine: EngineOpt = DEFAULT_ENGINE,
     vllm_memory: VllmMemoryOpt = None,
     trust_remote_code: TrustRemoteCodeOpt = False,
 ):

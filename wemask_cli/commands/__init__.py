@@ -6,6 +6,10 @@ One module per command: the work behind `wemask infer`, `locate`, `eval`, `repor
 Commands import core modules (models, data, prompts, masking, ...) and the method, never each other.
 """
 
+from wemask_cli.engines.base import DEFAULT_ENGINE  # --engine's default, for the CLI's flags (torch-free)
+
+__all__ = ["DEFAULT_ENGINE", "engine_help"]
+
 
 def engine_help() -> str:
     """--engine's help, from the engine registry (torch-free; loads the engine plugins)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from wemask_cli.interventions.wemask import WeMask
 from wemask_cli.models.names import model_label
 from wemask_cli.outputs import RUN_RECORD_FILE
 
@@ -77,7 +78,7 @@ def remedy_kinds(document: dict) -> list[str]:
     if isinstance(document.get("interventions"), list):
         return [str(kind) for kind in document["interventions"]]
     applied = ((document.get("provenance") or {}).get("model") or {}).get("interventions") or []
-    return [str(entry.get("kind")) for entry in applied if isinstance(entry, dict) and entry.get("kind") != "wemask"]
+    return [str(entry.get("kind")) for entry in applied if isinstance(entry, dict) and entry.get("kind") != WeMask.kind]
 
 
 def mask_setup(document: dict) -> str:

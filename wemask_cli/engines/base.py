@@ -26,6 +26,7 @@ FEATURES = {
     "massive": "--tokens massive picks tokens from the residual stream, which the {name} engine does not see: use --engine {engine}",
     "adapters": "{source} is a LoRA adapter folder, which the {name} engine does not load: use --engine {engine}",
     "module": "{flag} runs through the {engine} model: use --engine {engine}",  # holds a transformers model (`module`)
+    "rollouts": "{flag} generates a trainer's rollouts in an engine that declares them; the {name} engine does not",  # rollouts()
 }
 
 
@@ -47,7 +48,8 @@ class EngineRequest:
 class Engine:
     """Base class. An instance is a loaded model: `tokenizer` (wemask encodes, the engine gets token ids), `source`
     (the folder or hub id), `saved` (its interventions.SavedRun), `installed` (the saved interventions it runs),
-    `versions` (recorded in eval provenance) and `dtype`."""
+    `versions` (recorded in eval provenance), `dtype`, and `module`: the transformers model, for an engine that
+    declares `module` (lm-eval's HFLM and --quantize run on it)."""
 
     name: ClassVar[str]
     summary: ClassVar[str] = ""  # --engine's help
@@ -58,6 +60,7 @@ class Engine:
     installed: Any = None
     versions: dict = {}  # read only: an engine that records library versions sets its own
     dtype: Any = None
+    module: Any = None
 
     @classmethod
     def load(cls, request: EngineRequest) -> tuple[Engine, list]:
@@ -96,6 +99,12 @@ class Engine:
         saved = saved_run(source)
         if saved is not None and saved.remedies:
             cls.require("interventions", source=source, names=", ".join(remedy.kind for remedy in saved.remedies))
+
+    @classmethod
+    def rollouts(cls) -> Rollouts:
+        """How this engine generates a TRL trainer's rollouts (an engine that declares `rollouts` overrides this)."""
+        cls.require("rollouts", flag="--use-vllm")
+        raise NotImplementedError
 
     def use_mask(self, config) -> AbstractContextManager:
         """Install the WeMaskConfig `config` (None: no mask) for a block, yielding the resolved config (dims
@@ -137,6 +146,30 @@ class Engine:
     def fit_batch_size(self, length: int, limit: int) -> int:
         """`--batch-size auto`: the batch of sequences of `length` tokens to run (at most `limit`)."""
         return max(1, min(AUTO_BATCH_START, limit))
+
+
+class Rollouts:
+    """A trainer's rollouts from an engine (TRL's --use-vllm), in the order a stage calls them: `quiet()` before
+    TRL loads, `check(resolved, aware_mask)` before anything loads (one line for what the engine cannot run),
+    `building(ctx)` around the trainer's construction, `install(trainer, config)` once the policy's WeMask
+    (`config`, None for none) is installed, so that rollouts carry the same mask."""
+
+    def quiet(self) -> None:
+        """Before TRL loads: silence what the engine knows to be noise."""
+
+    def check(self, resolved, aware_mask: bool) -> None:
+        raise NotImplementedError
+
+    def building(self, ctx) -> AbstractContextManager:
+        raise NotImplementedError
+
+    def install(self, trainer, config) -> None:
+        raise NotImplementedError
+
+
+def rollout_engine() -> type[Engine] | None:
+    """The first registered engine that declares `rollouts` (None: none does)."""
+    return next((engine for engine in ENGINES.entries().values() if "rollouts" in engine.supports), None)
 
 
 def check_engine(entry) -> None:

@@ -24,7 +24,7 @@ class Installation:
     @property
     def wemask(self) -> WeMaskConfig | None:
         """The resolved WeMaskConfig, if WeMask is one of the items."""
-        return next((item.config.config for item in self.items if item.config.kind == "wemask"), None)
+        return next((item.config.config for item in self.items if isinstance(item.config, WeMask)), None)
 
     def parameters(self) -> list:
         return [p for item in self.items for p in item.parameters()]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from wemask_cli.interventions.base import Intervention, InterventionConfigError
 from wemask_cli.interventions.registry import config_from_dict
+from wemask_cli.interventions.wemask import WeMask
 from wemask_cli.method.config import CONFIG_NAME, WeMaskConfig
 from wemask_cli.runtime.atomic import atomic_write, atomic_write_text
 
@@ -39,12 +40,12 @@ class SavedRun:
     @property
     def wemask(self) -> WeMaskConfig | None:
         """The saved WeMaskConfig, if the run has one."""
-        return next((c.config for c in self.configs if c.kind == "wemask"), None)
+        return next((c.config for c in self.configs if isinstance(c, WeMask)), None)
 
     @property
     def remedies(self) -> list[Intervention]:
         """The saved interventions other than WeMask."""
-        return [c for c in self.configs if c.kind != "wemask"]
+        return [c for c in self.configs if not isinstance(c, WeMask)]
 
     def install(self, model, *, active=None, include_wemask: bool = True):
         """install_all() these configs with their weights; `include_wemask=False` leaves WeMask to the caller."""
@@ -77,7 +78,7 @@ def save_configs(directory: str | Path, configs: list[Intervention], weights: di
     }
     atomic_write_text(directory / INTERVENTIONS_FILE, json.dumps(record, indent=2) + "\n")
     written.append(directory / INTERVENTIONS_FILE)
-    wemask = next((c.config for c in configs if c.kind == "wemask"), None)
+    wemask = next((c.config for c in configs if isinstance(c, WeMask)), None)
     if wemask is not None:
         written.append(wemask.save(directory))
     return written

@@ -7,22 +7,11 @@ is left out, what it had registered is undone, and the rest works. Imports nothi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 
 from wemask_cli.runtime.progress import warn
 
 FAILURES = (Exception, SystemExit)  # a plugin calling sys.exit() must not end wemask; Ctrl-C still does
-_LOADED: dict[str, tuple[Plugin, ...]] = {}
-
-
-@dataclass(frozen=True)
-class Plugin:
-    """One loaded entry point: its name, where it comes from (for warnings), and the object it names."""
-
-    name: str
-    source: str
-    value: object
 
 
 def source_of(point: EntryPoint) -> str:
@@ -35,20 +24,6 @@ def source_of(point: EntryPoint) -> str:
 def declared(group: str) -> dict[str, str]:
     """{entry-point name: source} of `group`, read from the installed metadata; nothing is imported."""
     return {point.name: source_of(point) for point in entry_points(group=group)}
-
-
-def load_plugins(group: str, what: str) -> tuple[Plugin, ...]:
-    """Every entry point of `group` that loads, once per process; `what` names the plugin kind in the warning
-    ("trainer stage")."""
-    if group not in _LOADED:
-        loaded = []
-        for point in entry_points(group=group):
-            try:
-                loaded.append(Plugin(point.name, source_of(point), point.load()))
-            except FAILURES as err:
-                left_out(what, source_of(point), group, f"failed to load: {failure(err)}")
-        _LOADED[group] = tuple(loaded)
-    return _LOADED[group]
 
 
 def failure(err: BaseException) -> str:

@@ -25,7 +25,7 @@ STAGE = STAGES.register(StageSpec(
     --precompute-ref-log-probs, ...
     """,
     "wemask_cli.train.dpo:DPOStage",
-    "DPOConfig",
+    "trl:DPOConfig",
     PREFERENCE,
     reference="choose",
 ))

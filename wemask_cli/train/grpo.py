@@ -9,7 +9,8 @@ GRPO both generates and trains, so WeMask must act in both, on the same tokens:
 - free mode: plain GRPO; the mask is only recorded for inference.
 - vLLM (`--use-vllm`, TRL's colocate mode): TRL's in-process engine generates the rollouts with the same mask as a
   tensor op on `positions == 0`, installed once TRL has built it; TRL syncs the trained weights into it every step
-  (LoRA merged). The loss passes still run the hooks. CPU workarounds: wemask_cli.engines.vllm.colocate. Server mode
+  (LoRA merged). The loss passes still run the hooks. The rollouts come through the Engine protocol (`rollouts`, the vLLM
+  engine's rollouts.py; CPU workarounds: colocate.py). Server mode
   syncs weights over NCCL (GPU only): refused on CPU.
 
 Data: a `prompt` column (plain text or a conversation) plus whatever the rewards read (e.g. `answer`), or the
@@ -23,10 +24,11 @@ They are loaded and checked before any model loads; weights go to GRPOConfig.rew
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import nullcontext
 from pathlib import Path
 
 from wemask_cli.data.formats import PROMPTS
+from wemask_cli.engines.base import rollout_engine
 from wemask_cli.method.config import WeMaskConfig
 from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.train.recipe import recipe_path
@@ -46,7 +48,7 @@ STAGE = STAGES.register(StageSpec(
     --num-generations, --max-completion-length, --temperature, --beta, --use-vllm, ...
     """,
     "wemask_cli.train.grpo:GRPOStage",
-    "GRPOConfig",
+    "trl:GRPOConfig",
     PROMPTS,
     flags=(
         StageFlag(
@@ -67,14 +69,6 @@ STAGE = STAGES.register(StageSpec(
     reference="same",
 ))
 
-VLLM_SERVER_ON_CPU = (
-    "--vllm-mode server needs GPUs: TRL syncs the trained weights to the vLLM server over NCCL; on CPU use "
-    "--vllm-mode colocate (the default) or drop --use-vllm"
-)
-VLLM_QUANTIZED = (
-    "--use-vllm with --load-in-{bits}bit: TRL's vLLM engine cannot take the bitsandbytes-quantized weights it would "
-    "sync from the trained model; drop --use-vllm (rollouts from the trained model) or --load-in-{bits}bit"
-)
 CONTINUOUS_BATCHING_REFUSAL = (
     "--use-transformers-continuous-batching cannot train with --mode aware: WeMask's first-token rule is not verified "
     "with its paged, batched generation; drop the flag (plain generate() is used) or use --mode free"
@@ -197,11 +191,12 @@ class GRPOStage(Stage):
     spec = STAGE
 
     def __init__(self) -> None:
-        from wemask_cli.engines.vllm.colocate import silence_trl_version_warning
-
         super().__init__()
         self.rewards: list = []  # loaded and checked by check(), before the model loads
-        silence_trl_version_warning()  # TRL warns at each of its vLLM checks, vLLM used or not: before TRL loads
+        engine = rollout_engine()
+        self.rollouts = engine.rollouts() if engine is not None else None  # TRL's --use-vllm, through the engine
+        if self.rollouts is not None:
+            self.rollouts.quiet()  # before TRL loads
 
     def check(self, resolved) -> None:
         """Runs after the configuration is resolved and before data or model load."""
@@ -211,7 +206,9 @@ class GRPOStage(Stage):
         opts["chat_template"] = chat_template_choice(opts.get("chat_template"))
         aware_mask = opts["mode"] == "aware" and mask_requested(opts, resolved.mask)
         if args.use_vllm:
-            check_vllm(resolved, aware_mask)
+            if self.rollouts is None:
+                raise WeMaskError("--use-vllm: no installed engine generates rollouts: pip install wemask-cli[vllm]")
+            self.rollouts.check(resolved, aware_mask)
         if aware_mask and args.use_transformers_continuous_batching:
             raise WeMaskError(CONTINUOUS_BATCHING_REFUSAL)
         self.rewards, _ = check_rewards(opts, args)
@@ -224,7 +221,7 @@ class GRPOStage(Stage):
         chat = ctx.options.get("chat_template")
         train = prepare_dataset(ctx.train_dataset, ctx.tokenizer, chat, self.rewards)
         evaluation = prepare_dataset(ctx.eval_dataset, ctx.tokenizer, chat, self.rewards, what="--eval-dataset")
-        with vllm_engine(ctx):
+        with self.rollouts.building(ctx) if ctx.args.use_vllm else nullcontext():
             return GRPOTrainer(
                 model=ctx.model, reward_funcs=self.rewards, args=ctx.args, train_dataset=train, eval_dataset=evaluation,
                 processing_class=ctx.tokenizer, peft_config=ctx.peft_config, callbacks=[*ctx.callbacks, NoRewardSignal()],
@@ -236,57 +233,11 @@ class GRPOStage(Stage):
         model with the adapter disabled); then TRL's colocated vLLM engine, which generates, gets the mask too."""
         config = super().install(trainer, ctx)
         if ctx.args.use_vllm:
-            from wemask_cli.engines.vllm.colocate import engine_mask_check, mask_rollouts
-
-            installed = mask_rollouts(trainer, config)  # reads TRL's settings through checked names (compat.vllm)
-            trainer.add_callback(engine_mask_check(trainer, installed.dims if installed else None))
+            self.rollouts.install(trainer, config)
         return config
 
     def extra_metrics(self, trainer) -> dict:
         return reward_metrics(trainer)
-
-
-def check_vllm(resolved, aware_mask: bool) -> None:
-    """--use-vllm: what vLLM cannot run, in one line before any model loads."""
-    import torch
-
-    from wemask_cli.engines.vllm.support import check_folder_architecture, require_vllm
-
-    args = resolved.args
-    if args.vllm_mode == "server" and (args.use_cpu or not torch.cuda.is_available()):
-        raise WeMaskError(VLLM_SERVER_ON_CPU)
-    if resolved.remedies:
-        kinds = ", ".join(remedy.describe() for remedy in resolved.remedies)
-        raise WeMaskError(f"--use-vllm: {kinds} add modules that vLLM's model classes do not have: drop --use-vllm or the remedies")
-    bits = "4" if resolved.opts.get("load_in_4bit") else "8" if resolved.opts.get("load_in_8bit") else None
-    if bits:
-        raise WeMaskError(VLLM_QUANTIZED.format(bits=bits))
-    require_vllm()
-    if aware_mask and resolved.mask.rates is not None:
-        from wemask_cli.engines.vllm.tensor_mask import check_config
-
-        mask = resolved.mask  # the saved config of a --model without --mask-rate is checked when it is installed
-        check_config(WeMaskConfig(mask_rate=max(mask.rates), layers="all", tokens=mask.tokens or "first", select=mask.select or "weight"))
-    model = Path(str(resolved.opts["model"] or "")).expanduser()
-    if aware_mask and resolved.opts["model"] and model.is_dir():
-        check_folder_architecture(model)  # one the vLLM mask covers (a hub id: checked when the mask is installed)
-
-
-@contextmanager
-def vllm_engine(ctx: TrainContext):
-    """Around the GRPOTrainer's construction: TRL's colocated vLLM engine built as wemask needs it (colocate.py)."""
-    args = ctx.args
-    if not (args.use_vllm and args.vllm_mode == "colocate"):
-        yield
-        return
-    from wemask_cli.engines.vllm.colocate import colocated_engine
-    from wemask_cli.engines.vllm.memory import VllmJob
-
-    dtype = None if (args.bf16 or args.fp16) else ctx.model.dtype  # mixed precision: vLLM's own choice
-    masked = ctx.wemask.mode == "aware" and ctx.wemask.active
-    job = VllmJob(sequences=args.generation_batch_size, tokens=args.vllm_max_model_length)
-    with colocated_engine(ctx.model, dtype, masked=masked, job=job):
-        yield
 
 
 def reward_metrics(trainer) -> dict:

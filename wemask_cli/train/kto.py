@@ -25,7 +25,7 @@ STAGE = STAGES.register(StageSpec(
     needs --per-device-train-batch-size 2 or more).
     """,
     "wemask_cli.train.kto:KTOStage",
-    "KTOConfig",
+    "trl:KTOConfig",
     UNPAIRED,
     reference="choose",
 ))

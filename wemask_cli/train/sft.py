@@ -16,7 +16,7 @@ STAGE = STAGES.register(StageSpec(
     recorded mask. Ctrl-C saves a checkpoint; --resume continues from it.
     """,
     "wemask_cli.train.sft:SFTStage",
-    "SFTConfig",
+    "trl:SFTConfig",
     SUPERVISED,
     flags=(
         StageFlag(

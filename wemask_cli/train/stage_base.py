@@ -74,9 +74,7 @@ class Stage:
         return {flag.dest: flag.kinds for flag in self.spec.all_flags()}
 
     def config_class(self) -> type:
-        import trl
-
-        return getattr(trl, self.trl_config)
+        return self.spec.config_class()
 
     def check(self, resolved) -> None:
         """Fail fast, before data or model load: `resolved` is resolve.Resolved (opts, args, mask)."""

@@ -57,7 +57,7 @@ class StageSpec:
     name: str  # the command: `wemask NAME`
     help: str  # the command's help (first line: the summary in `wemask --help`)
     stage_class: str  # "package.module:Class", a stage_base.Stage subclass
-    trl_config: str  # TRL's config class whose fields pass through as flags ("SFTConfig", ...)
+    trl_config: str  # "module:Class", TRL's config class whose fields pass through as flags ("trl:SFTConfig", ...)
     data: TrainingData  # the formats it accepts (first match wins) and how known layouts convert for it
     flags: tuple[StageFlag, ...] = ()
     reference: str = "none"  # one of REFERENCES; "choose" adds --ref-mask (see train/reference.py)
@@ -71,12 +71,23 @@ class StageSpec:
 
     def load(self):
         """The Stage subclass (imports its module)."""
-        module, _, attr = self.stage_class.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        return resolve(self.stage_class)
+
+    def config_class(self) -> type:
+        """TRL's config class (imports its module)."""
+        return resolve(self.trl_config)
+
+
+def resolve(path: str):
+    """What a 'package.module:Name' path names (imports the module): the one lookup of a stage's classes."""
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def declaration_problem(spec: StageSpec) -> str | None:
     """Why a stage's declaration cannot be a command (a flag the CLI cannot parse), or None."""
+    if ":" not in spec.trl_config:
+        return f"names its TRL config {spec.trl_config!r}: name it as 'module:Class' ('trl:SFTConfig')"
     unparsable = [f"{f.flag} of type {getattr(f.type, '__name__', f.type)}" for f in spec.all_flags() if f.type not in FLAG_TYPES]
     if unparsable:
         return f"declares the flag {', '.join(unparsable)}: a stage's flag is str, int, float, bool or list"

@@ -19,6 +19,7 @@ from wemask_cli.runtime.atomic import atomic_write_text
 from wemask_cli.runtime.cache_dir import cache_dir
 from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.runtime.versions import library_versions
+from wemask_cli.train.stage_registry import resolve
 
 LIBRARIES = ("trl", "transformers")  # whose releases the cached spellings depend on
 
@@ -35,17 +36,22 @@ def spellings(config_class: type) -> frozenset[str]:
     return frozenset(flags)
 
 
+def class_name(config: str) -> str:
+    """'SFTConfig' of the stage's 'trl:SFTConfig'."""
+    return config.rpartition(":")[2]
+
+
 def cached_file(config: str):
     versions = library_versions(LIBRARIES)
     if None in versions.values():
         return None
     release = "-".join(f"{name}{version}" for name, version in versions.items())
-    return cache_dir() / "trl-flags" / f"{config}-{release}.json"
+    return cache_dir() / "trl-flags" / f"{class_name(config)}-{release}.json"
 
 
 @cache
 def trl_flags(config: str) -> frozenset[str] | None:
-    """The spellings of TRL's config class named `config`, from the cache file of the installed releases when there
+    """The spellings of TRL's config class `config` ('trl:SFTConfig'), from the cache file of the installed releases when there
     is one; None when trl is missing, cannot be imported, or has no such class (then TRL decides)."""
     path = cached_file(config)
     if path is None:
@@ -55,9 +61,7 @@ def trl_flags(config: str) -> frozenset[str] | None:
     except (OSError, ValueError):
         pass  # not written yet (or unreadable): read from TRL below
     try:
-        import trl
-
-        config_class = getattr(trl, config)
+        config_class = resolve(config)
     except (ImportError, AttributeError):
         return None
     flags = spellings(config_class)
@@ -82,6 +86,6 @@ def check_extra_args(args: list[str], stage: str, config: str, own_flags: list[s
         close = difflib.get_close_matches(flag, [*own_flags, *(f for f in known if "_" not in f)], n=3, cutoff=0.75)
         hint = f" (did you mean {' or '.join(close)}?)" if close else ""
         raise WeMaskError(
-            f"No such option: {flag}{hint}; it is neither wemask's nor TRL's {config}: "
+            f"No such option: {flag}{hint}; it is neither wemask's nor TRL's {class_name(config)}: "
             f"see 'wemask {stage} --help' and --help-trl"
         )

@@ -26,6 +26,7 @@ class VllmEngine(Engine):
 
     name = "vllm"
     summary = "the same mask in vLLM; needs `pip install wemask-cli[vllm]`"
+    supports = frozenset({"rollouts"})  # TRL's --use-vllm rollouts (rollouts.py)
 
     def __init__(self, source: str, dtype: str, seed: int = 0, enforce_eager: bool | None = None,
                  job: VllmJob | None = None):
@@ -50,6 +51,12 @@ class VllmEngine(Engine):
         self.source = source
         self.current: WeMaskConfig | None = None
         self.check_saved_mask(source)
+
+    @classmethod
+    def rollouts(cls):
+        from wemask_cli.engines.vllm.rollouts import VllmRollouts
+
+        return VllmRollouts()
 
     @classmethod
     def load(cls, request: EngineRequest) -> tuple[Engine, list]:
