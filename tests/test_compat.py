@@ -39,7 +39,7 @@ def test_fsdp_on_the_cpu_says_so_when_accelerate_moved_its_shared_state(monkeypa
     from accelerate.state import PartialState
 
     monkeypatch.delattr(PartialState, "_shared_state")
-    with pytest.raises(CompatError, match=r"^accelerate 1\.15\.\d+: accelerate\.state\.PartialState\._shared_state no "
+    with pytest.raises(CompatError, match=r"^accelerate \d+\.\d+\.\d+: accelerate\.state\.PartialState\._shared_state no "
                                           r"longer exists \(wemask was verified on accelerate 1\.15\)"):
         accelerate.force_fsdp(object())
 
@@ -121,3 +121,44 @@ def test_on_the_embedded_model_an_installed_remedy_is_kept_out_of_saves_through_
     finally:
         installation.remove()
     assert transformers.ignored_on_save(model) == set()
+
+
+class CacheKeyRead(Exception):
+    """Raised once TRL has computed its cache key: the canary needs nothing after it."""
+
+
+def trl_reference_cache_key(dataset, monkeypatch) -> str:
+    """The fingerprint TRL's DPOTrainer keys its precomputed reference log-probs on, read by running its own code up to
+    the cache lookup (TRL 1.16: `_precompute_ref_logps`)."""
+    from trl.trainer import dpo_trainer
+
+    seen = []
+
+    def cache_path(fingerprint):
+        seen.append(fingerprint)
+        raise CacheKeyRead
+
+    monkeypatch.setattr(dataset, "_get_cache_file_path", cache_path)
+    trainer = object.__new__(dpo_trainer.DPOTrainer)
+    trainer._precompute_model_hash = "the-same-weights"
+    with pytest.raises(CacheKeyRead):
+        trainer._precompute_ref_logps(dataset, "train", 1)
+    return seen[0]
+
+
+def test_canary_renaming_the_fingerprint_changes_trls_reference_cache_key(monkeypatch):
+    """TRL's precomputed reference log-probs are cached under a key of the dataset's fingerprint and the weights, not
+    the mask: wemask renames the fingerprint for a masked reference (train/reference.py), so an unmasked run's cache is
+    never reused. If TRL stopped keying on the fingerprint, that rename would change nothing: this fails first."""
+    import datasets as hf_datasets
+
+    from wemask_cli.method.config import WeMaskConfig
+    from wemask_cli.train.reference import name_masked_reference
+
+    rows = {"prompt": ["a", "b"], "chosen": ["c", "d"], "rejected": ["e", "f"]}
+    plain, masked = hf_datasets.Dataset.from_dict(rows), hf_datasets.Dataset.from_dict(rows)
+    assert datasets.fingerprint(plain) == datasets.fingerprint(masked)
+    unmasked_key = trl_reference_cache_key(plain, monkeypatch)
+    assert trl_reference_cache_key(masked, monkeypatch) == unmasked_key  # same data, same weights: the same cache
+    name_masked_reference(masked, WeMaskConfig(mask_rate=0.3, me_layer=1))
+    assert trl_reference_cache_key(masked, monkeypatch) != unmasked_key
