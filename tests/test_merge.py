@@ -43,3 +43,43 @@ def test_merge_gives_the_lora_runs_greedy_tokens(monkeypatch, capsys, tmp_path, 
     assert code == 2 and "--overwrite" in err.splitlines()[-1]
     code, _, err = run_main(monkeypatch, capsys, "merge", tiny_model_dir, "-o", str(tmp_path / "again"))
     assert code == 2 and "not a LoRA run" in err and "Traceback" not in err
+
+
+def lora_run(monkeypatch, capsys, base: str, folder: Path) -> Path:
+    code, _, err = run_main(monkeypatch, capsys, "sft", "--model", base, "--dataset", DATA, "--use-peft", "--max-steps", "1",
+                            "--max-length", "32", "--save-strategy", "no", "--report-to", "none", "-o", str(folder))  # fmt: skip
+    assert code == 0, err
+    return folder
+
+
+def test_files_the_user_writes_during_a_merge_are_never_recorded(monkeypatch, capsys, tmp_path, tiny_model_dir):
+    """A loop writing OUT/user_N.txt while `merge RUN -o OUT` runs: none enters the manifest, so `merge --overwrite`
+    refuses (naming them) instead of deleting them."""
+    import threading
+
+    from wemask_cli.outputs import MANIFEST_NAME
+
+    run = lora_run(monkeypatch, capsys, tiny_model_dir, tmp_path / "lora")
+    out, stop, written = tmp_path / "merged", threading.Event(), []
+
+    def scribble():
+        while not stop.is_set():
+            if (out / MANIFEST_NAME).exists():  # the merge has claimed the folder
+                path = out / f"user_{len(written)}.txt"
+                path.write_text("the user's")
+                written.append(path)
+            stop.wait(0.001)
+
+    thread = threading.Thread(target=scribble)
+    thread.start()
+    try:
+        code, _, err = run_main(monkeypatch, capsys, "merge", str(run), "-o", str(out))
+    finally:
+        stop.set()
+        thread.join()
+    assert code == 0 and len(written) > 5, (err, len(written))
+    recorded = json.loads((out / MANIFEST_NAME).read_text())
+    assert "model.safetensors" in recorded["files"] and not [name for name in recorded["files"] if name.startswith("user_")]
+    code, _, err = run_main(monkeypatch, capsys, "merge", str(run), "-o", str(out), "--overwrite")
+    assert code == 2 and "user_" in err.strip().splitlines()[-1], err
+    assert all(path.read_text() == "the user's" for path in written)

@@ -38,11 +38,11 @@ def run_merge(run: str, output: Path, overwrite: bool = False, dtype: str = "aut
         with status("Merging the adapter into the base weights..."):
             merged = loaded.model.merge_and_unload()
         claim.clear()
-        merged.save_pretrained(output, safe_serialization=True)
-        loaded.tokenizer.save_pretrained(output)
+        staged = claim.staging("merge")  # only what the save writes is recorded, whatever else the folder gets meanwhile
+        merged.save_pretrained(staged, safe_serialization=True)
+        loaded.tokenizer.save_pretrained(staged)
         for name in CARRIED:
             if (folder / name).is_file():
-                shutil.copy2(folder / name, output / name)
-        written = sorted(path for path in output.iterdir() if path.is_file() and not path.name.startswith("."))
-        claim.record(*(path.relative_to(output) for path in written))
-    return written
+                shutil.copy2(folder / name, staged / name)
+        written = claim.move_all_in(staged)
+    return sorted(written)
