@@ -83,3 +83,25 @@ def test_files_the_user_writes_during_a_merge_are_never_recorded(monkeypatch, ca
     code, _, err = run_main(monkeypatch, capsys, "merge", str(run), "-o", str(out), "--overwrite")
     assert code == 2 and "user_" in err.strip().splitlines()[-1], err
     assert all(path.read_text() == "the user's" for path in written)
+
+
+def test_an_adapter_on_a_base_of_another_shape_is_one_line(monkeypatch, capsys, tmp_path, tiny_model_dir, tiny_tokenizer):
+    """base_model_name_or_path naming a model of another shape (PEFT's size mismatch) or architecture (none of the
+    adapter's modules): merge and infer say so in one line, and merge leaves no folder."""
+    import transformers
+    from conftest import make_tiny_model
+
+    run = lora_run(monkeypatch, capsys, tiny_model_dir, tmp_path / "lora")
+    narrow, gpt2 = tmp_path / "narrow", tmp_path / "gpt2"
+    make_tiny_model("llama", vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=64).save_pretrained(narrow)
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=len(tiny_tokenizer))).save_pretrained(gpt2)
+    config = json.loads((run / "adapter_config.json").read_text())
+    for base, detail in ((narrow, "model.layers.0.self_attn.q_proj.lora_A.weight is [16, 64] in the adapter, [16, 32] in the model"),
+                         (gpt2, "not found in the base model")):
+        (run / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": str(base)}))
+        for args in (("merge", str(run), "-o", str(tmp_path / "merged")), ("infer", "--model", str(run), "-p", "Hi")):
+            code, out, err = run_main(monkeypatch, capsys, *args)
+            assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+            assert f"PEFT cannot put this LoRA adapter on its base model {base} (" in err and detail in err, err
+            assert "set base_model_name_or_path in adapter_config.json" in err
+        assert not (tmp_path / "merged").exists()
