@@ -105,3 +105,26 @@ def test_an_adapter_on_a_base_of_another_shape_is_one_line(monkeypatch, capsys, 
             assert f"PEFT cannot put this LoRA adapter on its base model {base} (" in err and detail in err, err
             assert "set base_model_name_or_path in adapter_config.json" in err
         assert not (tmp_path / "merged").exists()
+
+
+def test_a_file_size_limit_while_merging_is_one_line_and_keeps_the_previous_output(monkeypatch, capsys, tmp_path, tiny_model_dir):
+    """`ulimit -f 200; wemask merge RUN -o OUT --overwrite` over a finished merge: safetensors' write fails (EFBIG);
+    one line naming the limit, and OUT still holds the previous merge (it is deleted only once the new one is written)."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200 * 1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    run, out = lora_run(monkeypatch, capsys, tiny_model_dir, tmp_path / "lora"), tmp_path / "merged"
+    code, _, err = run_main(monkeypatch, capsys, "merge", str(run), "-o", str(out))
+    assert code == 0, err
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    done = subprocess.run([sys.executable, "-m", "wemask_cli", "merge", str(run), "-o", str(out), "--overwrite"],
+                          capture_output=True, text=True, timeout=600, preexec_fn=limit_file_size)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"wemask: error: could not write the merged model to {out}: a file reached this process's file-size limit; raise the "
+        f"file-size limit (ulimit -f) and merge again (nothing in {out} was deleted)")
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
