@@ -9,6 +9,7 @@ import json
 import math
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -119,6 +120,9 @@ def test_a_non_finite_pytorch_bin_model_is_refused_by_both_engines_checks(tmp_pa
         require_finite_folder(folder)
     (folder / "pytorch_model.bin").write_bytes((folder / "pytorch_model.bin").read_bytes()[:1000])
     with pytest.raises(WeMaskError, match=r"pytorch_model.bin cannot be read .*: it is truncated or damaged"):
+        require_finite_folder(folder)
+    torch.save({"weights": model.state_dict(), "args": SimpleNamespace(lr=1.0)}, folder / "pytorch_model.bin")
+    with pytest.raises(WeMaskError, match=r"pytorch_model.bin holds Python objects besides tensors, .*: save the model again"):
         require_finite_folder(folder)
 
 

@@ -115,7 +115,10 @@ def tensors_of(path: Path) -> Iterator[tuple[str, object]]:
                     yield key, handle.get_tensor(key)
         else:
             yield from _state_dict(path).items()
-    except (SafetensorError, OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as err:
+    except (SafetensorError, OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:
+        if "Unsupported global" in str(err):  # torch's weights-only loading met a class
+            raise WeMaskError(f"{path} holds Python objects besides tensors, which torch loads only from a trusted file "
+                              "(vLLM and transformers load weights only): save the model again with save_pretrained") from None
         raise WeMaskError(f"{path} cannot be read ({first_line(err, 120)}): it is truncated or damaged; save it again or "
                           "restore it from a copy") from None
 
@@ -129,7 +132,8 @@ def _state_dict(path: Path) -> dict:
     except RuntimeError:  # a file of torch's legacy format cannot be memory-mapped
         state = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(state, dict):
-        raise ValueError(f"it holds a {type(state).__name__}, not a state dict of tensors")
+        raise WeMaskError(f"{path} holds a {type(state).__name__}, not a state dict of tensors: it is not a model's weights "
+                          "file; move it out of the model folder")
     return {name: tensor for name, tensor in state.items() if isinstance(tensor, torch.Tensor)}
 
 
