@@ -9,6 +9,7 @@ import json
 import math
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -98,6 +99,31 @@ def test_a_non_finite_full_model_is_refused_naming_its_file(tmp_path, tiny_token
     tiny_tokenizer.save_pretrained(tmp_path / "m")
     with pytest.raises(WeMaskError, match=r"m/model.safetensors: tensor model.layers.1.mlp.down_proj.weight holds NaN"):
         load_model(str(tmp_path / "m"))
+
+
+def test_a_non_finite_pytorch_bin_model_is_refused_by_both_engines_checks(tmp_path, tiny_tokenizer):
+    """pytorch_model.bin: the transformers engine's refusal names the file, and the file check vLLM runs before it
+    serves a folder reads it too (a damaged one is one line)."""
+    from wemask_cli.runtime.finite import require_finite_folder
+
+    model = make_tiny_model("llama", vocab_size=len(tiny_tokenizer))
+    with torch.no_grad():
+        model.model.layers[1].mlp.down_proj.weight[3, 5] = math.nan
+    folder = tmp_path / "m"
+    model.config.save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    torch.save(model.state_dict(), folder / "pytorch_model.bin")
+    refusal = r"m/pytorch_model.bin: tensor model.layers.1.mlp.down_proj.weight holds NaN"
+    with pytest.raises(WeMaskError, match=refusal):
+        load_model(str(folder))
+    with pytest.raises(WeMaskError, match=refusal):
+        require_finite_folder(folder)
+    (folder / "pytorch_model.bin").write_bytes((folder / "pytorch_model.bin").read_bytes()[:1000])
+    with pytest.raises(WeMaskError, match=r"pytorch_model.bin cannot be read .*: it is truncated or damaged"):
+        require_finite_folder(folder)
+    torch.save({"weights": model.state_dict(), "args": SimpleNamespace(lr=1.0)}, folder / "pytorch_model.bin")
+    with pytest.raises(WeMaskError, match=r"pytorch_model.bin holds Python objects besides tensors, .*: save the model again"):
+        require_finite_folder(folder)
 
 
 def test_mean_se_and_summaries_survive_one_value_and_non_finite_values():

@@ -59,4 +59,5 @@ def test_a_full_disk_while_wemask_writes_a_checkpoint_names_the_checkpoint_to_re
                             "--report-to", "none")
     assert code == 2 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1].startswith("wemask: error: training stopped at step 2: could not write to ")
-    assert err.strip().endswith(": no space left on the device; the last complete checkpoint is checkpoint-1: make room and continue with --resume")
+    assert err.strip().endswith(": no space left on the device; the last complete checkpoint is checkpoint-1: make room and continue with "
+                                f"--resume ({tmp_path / 'full'} is kept: nothing in it was deleted)")

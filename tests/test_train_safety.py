@@ -136,6 +136,27 @@ def test_a_full_disk_during_a_checkpoint_is_one_line(tmp_path, tiny_model_dir, m
         sft(tmp_path / "full", tiny_model_dir, "--max-steps", "3", "--save-steps", "1")
 
 
+def test_a_file_size_limit_at_the_final_save_is_one_line_and_leaves_nothing(tmp_path, tiny_model_dir):
+    """`ulimit -f 200; wemask sft ... -o DIR/run`: safetensors' write fails with EFBIG (SIGXFSZ is ignored, as
+    Python does) in the final save; one line naming the limit, and the new run folder is gone again."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200 * 1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "wemask_cli", "sft", "--model", tiny_model_dir, "--dataset", DATA, *TRL,
+                           "--max-steps", "1", "--save-strategy", "no", "-o", str(out)],
+                          capture_output=True, text=True, timeout=600, preexec_fn=limit_file_size)  # fmt: skip
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert last.startswith(f"wemask: error: training stopped at step 1: could not write to {out}: a file reached this process's "
+                           "file-size limit; no complete checkpoint was saved: raise the file-size limit (ulimit -f) and run again"), last
+    assert not out.exists()
+
+
 # --- resume ---------------------------------------------------------------------------------------------------
 
 

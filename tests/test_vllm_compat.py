@@ -170,8 +170,10 @@ def test_saved_layers_and_dims_are_checked_before_the_weights_load(tmp_path):
         saved_wemask_for_vllm(fake_folder(tmp_path / "wide", mask_rate=0.5, me_layer=1, dims={1: [1, 9], 2: [1, 2]}))
 
 
-def test_non_finite_weights_are_refused_before_vllm_starts(monkeypatch, capsys, tmp_path, tiny_model_dir):
-    """The transformers path's one line (finite.refusal), before any vLLM engine exists."""
+@pytest.mark.parametrize("weights_file", ["model.safetensors", "pytorch_model.bin", "model.pt"])
+def test_non_finite_weights_are_refused_before_vllm_starts(monkeypatch, capsys, tmp_path, tiny_model_dir, weights_file):
+    """The transformers path's one line (finite.refusal), before any vLLM engine exists, in each weight format
+    vLLM loads a folder from."""
     import shutil
 
     from safetensors.torch import load_file, save_file
@@ -180,10 +182,15 @@ def test_non_finite_weights_are_refused_before_vllm_starts(monkeypatch, capsys, 
     shutil.copytree(tiny_model_dir, folder)
     weights = load_file(str(folder / "model.safetensors"))
     weights["model.layers.1.mlp.up_proj.weight"][0, 0] = float("nan")
-    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "model.safetensors").unlink()
+    if weights_file.endswith(".safetensors"):
+        save_file(weights, str(folder / weights_file), metadata={"format": "pt"})
+    else:
+        torch.save(weights, folder / weights_file)
+        torch.save(SimpleNamespace(learning_rate=1.0), folder / "training_args.bin")  # a trainer's pickle: not weights
     code, _, err = run_main(monkeypatch, capsys, "infer", "--engine", "vllm", "--model", str(folder), "-p", "Hi")
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
-    assert "tensor model.layers.1.mlp.up_proj.weight holds NaN or infinity: the weights are damaged" in err
+    assert f"{folder / weights_file}: tensor model.layers.1.mlp.up_proj.weight holds NaN or infinity: the weights are damaged" in err
 
 
 def test_memory_is_sized_from_the_job_and_the_users_settings_win(monkeypatch):

@@ -150,11 +150,12 @@ def run_eval(request: EvalRequest, plot: Callable[[dict, Path], Path] | None = N
                                     settings=task.settings, seeds_vary=task.seed_note(), prov=prov)
         document["engine"] = request.engine
         document.update(task.document_extra())
-        written = write_outputs(document, sweep.records, output)
+        staged = claim.staging("eval")  # only what it writes is recorded, whatever else the folder gets meanwhile
+        written = write_outputs(document, sweep.records, staged)
         if plot is not None:
-            written.append(plot(document, output))
-        claim.record(*(path.relative_to(output) for path in written))
-    return document, output, written
+            written.append(plot(document, staged))
+        claim.move_all_in(staged)
+    return document, output, [output / path.name for path in written]
 
 
 def evaluate(request: EvalRequest, task, data):

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from wemask_cli.outputs import ADAPTER_CONFIG_FILE, METRICS_FILE, RUN_RECORD_FILE, check_inputs_outside, claim_output_dir
+from wemask_cli.runtime.atomic import describe_os_error, write_error, write_remedy
 from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.runtime.progress import status
 
@@ -37,12 +38,26 @@ def run_merge(run: str, output: Path, overwrite: bool = False, dtype: str = "aut
             loaded = load_model(str(folder), dtype=dtype, interventions=False)  # the remedies travel as files
         with status("Merging the adapter into the base weights..."):
             merged = loaded.model.merge_and_unload()
-        claim.clear()
-        merged.save_pretrained(output, safe_serialization=True)
-        loaded.tokenizer.save_pretrained(output)
+        staged = claim.staging("merge")  # only what the save writes is recorded, whatever else the folder gets meanwhile
+        save_merged(merged, loaded.tokenizer, folder, staged, output)
+        written = claim.move_all_in(staged)  # --overwrite deletes the previous output here, once the new one is written
+    return sorted(written)
+
+
+def save_merged(merged, tokenizer, run: Path, staged: Path, output: Path) -> None:
+    """The merged model, its tokenizer and the run's CARRIED files into `staged`; a full disk or a file-size limit is
+    one line (safetensors and torch wrap the OS error)."""
+    from safetensors import SafetensorError
+
+    try:
+        merged.save_pretrained(staged, safe_serialization=True)
+        tokenizer.save_pretrained(staged)
         for name in CARRIED:
-            if (folder / name).is_file():
-                shutil.copy2(folder / name, output / name)
-        written = sorted(path for path in output.iterdir() if path.is_file() and not path.name.startswith("."))
-        claim.record(*(path.relative_to(output) for path in written))
-    return written
+            if (run / name).is_file():
+                shutil.copy2(run / name, staged / name)
+    except (OSError, RuntimeError, SafetensorError) as err:
+        cause = write_error(err)
+        if cause is None:
+            raise
+        raise WeMaskError(f"could not write the merged model to {output}: {describe_os_error(cause)}; {write_remedy(cause)} and "
+                          f"merge again (nothing in {output} was deleted)") from None

@@ -129,9 +129,7 @@ def load_model(
     tokenizer, model = load_tokenizer_and_model(spec, tokenizer_from, weights_from, hub, kwargs)
     require_finite_model(model, weights_from)
     if adapter.is_file():
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, source)
+        model = load_adapter(model, source, weights_from)
         adapter_in_saved_dtypes(model, source)
     if quant is None:
         target = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -143,6 +141,40 @@ def load_model(
         loaded.installed = loaded.saved.install(model, include_wemask=False)
         progress.say(f"Applying the interventions saved with {source}: {'; '.join(loaded.installed.describe())}")
     return loaded
+
+
+def load_adapter(model, source: str, base: str):
+    """The LoRA adapter of `source` on its base model (PEFT); an adapter trained on a model of another shape or
+    architecture than `base` is one line (PEFT raises a size mismatch, or finds none of the adapter's modules)."""
+    from peft import PeftModel
+
+    try:
+        return PeftModel.from_pretrained(model, source)
+    except (RuntimeError, ValueError) as err:
+        detail = _misfit(str(err))
+        if detail is None:
+            raise
+        raise WeMaskError(
+            f"{source}: PEFT cannot put this LoRA adapter on its base model {base} ({detail}): the adapter was trained "
+            f"on another model; set base_model_name_or_path in {ADAPTER_CONFIG_FILE} to that model"
+        ) from None
+
+
+def _misfit(text: str) -> str | None:
+    """The first adapter tensor PEFT found of another shape than the model's, or the modules it found none of; None
+    for another error."""
+    import re
+
+    found = re.search(r"size mismatch for (\S+): copying a param with shape torch\.Size\((\[[^]]*\])\) from checkpoint, "
+                      r"the shape in current model is torch\.Size\((\[[^]]*\])\)", text)
+    if found:
+        name = found[1].removeprefix("base_model.model.").replace(".default.", ".")
+        return f"{name} is {found[2]} in the adapter, {found[3]} in the model"
+    if "size mismatch" in text:
+        return next(line.strip() for line in text.splitlines() if "size mismatch" in line)[:200]
+    if "not found in the base model" in text:
+        return text.strip().splitlines()[0].split(". ")[0]
+    return None
 
 
 def load_tokenizer_and_model(spec: str | None, tokenizer_from: str, weights_from: str, hub: dict, kwargs: dict):

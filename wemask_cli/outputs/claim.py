@@ -12,6 +12,7 @@ from pathlib import Path
 from wemask_cli.outputs.files import check_writable
 from wemask_cli.outputs.lock import remove_quietly, take_lock
 from wemask_cli.outputs.manifest import MANIFEST_NAME, OURS, STAGING_NAME, Manifest, Plan, Snapshot, tree
+from wemask_cli.outputs.names import METRICS_FILE
 from wemask_cli.runtime.atomic import describe_os_error, follow_umask
 from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.runtime.progress import say
@@ -53,7 +54,7 @@ def _merge(staged: Path, target: Path, listing: Snapshot) -> None:
 
 class OutputClaim:
     """A claimed output folder. `record(name)` adds what wemask just wrote (names relative to the folder, or
-    absolute paths inside it); `staging(name)` and `move_in` record what a library's save wrote; `clear()` does
+    absolute paths inside it); `staging(name)` with `move_in` or `move_all_in` records what a save wrote; `clear()` does
     --overwrite's deletion (first `record` does it too); leaving the `with` block releases the lock."""
 
     def __init__(self, path: Path, lock_path: Path | None = None, token: str | None = None):
@@ -79,8 +80,8 @@ class OutputClaim:
             self.manifest.save()
 
     def staging(self, name: str) -> Path:
-        """A folder for a writer that picks its own file names (a trainer's save): it writes there, and `move_in` puts
-        it in place, so that only what it wrote is recorded, whatever the user adds to the folder meanwhile. Every
+        """A folder for a writer (a trainer's save, a merge, an eval's files): it writes there, and `move_in` or
+        `move_all_in` puts it in place, so that only what it wrote is recorded, whatever the user adds to the folder meanwhile. Every
         process of a distributed run may write into it."""
         path = self.path / STAGING_NAME / name
         path.mkdir(parents=True, exist_ok=True)
@@ -107,6 +108,16 @@ class OutputClaim:
         if self.active:
             self.manifest.add(self.relative(rel), listing)
             self.manifest.save()
+
+    def move_all_in(self, staged: Path) -> list[Path]:
+        """Every file and folder a writer put in the staging folder `staged` moved into the output folder and recorded
+        by name, metrics.json (a finished output's mark) last; the staging folder removed. Returns the moved paths."""
+        moved = []
+        for child in sorted(staged.iterdir(), key=lambda path: (path.name == METRICS_FILE, path.name)):
+            self.move_in(child, child.name)
+            moved.append(self.path / child.name)
+        shutil.rmtree(staged, ignore_errors=True)
+        return moved
 
     def remove(self, rel: str) -> list[str]:
         """Delete `rel` (a folder wemask wrote: a checkpoint the trainer rotates away) unless it holds anything wemask

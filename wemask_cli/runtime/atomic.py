@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -67,11 +68,43 @@ def describe_os_error(err: OSError) -> str:
     """A short reason for an OSError."""
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         return "no space left on the device"
+    if err.errno == errno.EFBIG:
+        return "a file reached this process's file-size limit"
     if err.errno == errno.EROFS:
         return "the file system is read-only"
     if err.errno in (errno.EACCES, errno.EPERM):
         return "permission denied"
     return err.strerror or str(err)
+
+
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EIO)  # the disk's, not a bug
+
+
+def write_error(err: BaseException) -> OSError | None:
+    """The OS error behind a failed write, also when a library wraps it (safetensors names its number as "os error
+    N"; torch's zip writer names none: the file-size limit, when one is set, is taken as the cause); None for an
+    error that is not a failed write of WRITE_ERRNOS."""
+    if isinstance(err, OSError):
+        return err if err.errno in WRITE_ERRNOS else None
+    text = str(err)
+    number = re.search(r"\(os error (\d+)\)", text)
+    if number and int(number[1]) in WRITE_ERRNOS:
+        return OSError(int(number[1]), os.strerror(int(number[1])))
+    if "PytorchStreamWriter" in text or "inline_container" in text:
+        import resource
+
+        limited = resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
+        return OSError(errno.EFBIG, "") if limited else OSError(errno.EIO, f"torch could not write a file ({text.splitlines()[0][:120]})")
+    return None
+
+
+def write_remedy(err: OSError) -> str:
+    """What to do about a failed write (write_error's), in a few words."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "make room"
+    if err.errno == errno.EFBIG:
+        return "raise the file-size limit (ulimit -f)"
+    return "make the folder writable" if err.errno in (errno.EROFS, errno.EACCES) else "check the disk"
 
 
 def follow_umask(path: str | Path) -> None:

@@ -9,7 +9,6 @@ callbacks (callbacks.py) -> save the model, the records and metrics.json (record
 
 from __future__ import annotations
 
-import errno
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 
 from wemask_cli.method.config import WeMaskConfig
 from wemask_cli.outputs import check_inputs_outside, describe_os_error
+from wemask_cli.runtime.atomic import write_error, write_remedy
 from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.runtime.progress import say
 from wemask_cli.train import fsdp
@@ -114,16 +114,22 @@ def remedies_for_run(resolved, saved, where: str) -> tuple[list, dict]:
 
 @contextmanager
 def disk_errors(trainer, output: Path):
-    """A full disk (or another OS error while saving) during training or the final save: one line that names the
-    checkpoint a --resume would continue from."""
+    """A full disk, a file-size limit (or another OS error while saving) during training or the final save: one line
+    that names the checkpoint a --resume would continue from; the failed save leaves the folder as it was."""
+    from safetensors import SafetensorError
+
     try:
         yield
-    except OSError as err:
-        if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EIO):
+    except (OSError, RuntimeError, SafetensorError) as err:
+        cause = write_error(err)
+        if cause is None:
             raise
         good = next((p.name for p in checkpoints(output) if checkpoint_problem(p) is None), None)
-        where = f"the last complete checkpoint is {good}: make room and continue with --resume" if good else "no complete checkpoint was saved"
-        raise WeMaskError(f"training stopped at step {trainer.state.global_step}: could not write to {output}: {describe_os_error(err)}; {where}") from None
+        remedy = write_remedy(cause)
+        where = (f"the last complete checkpoint is {good}: {remedy} and continue with --resume" if good
+                 else f"no complete checkpoint was saved: {remedy} and run again")
+        raise WeMaskError(f"training stopped at step {trainer.state.global_step}: could not write to {output}: "
+                          f"{describe_os_error(cause)}; {where} ({output} is kept: nothing in it was deleted)") from None
 
 
 def check_remedies_fit(resolved) -> None:

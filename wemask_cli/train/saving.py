@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 from transformers import TrainerCallback
 
 from wemask_cli.compat.transformers import checkpoint_save, stage_checkpoint_saves
-from wemask_cli.outputs import METRICS_FILE, STAGING_NAME, atomic_write_json
+from wemask_cli.outputs import STAGING_NAME, atomic_write_json
 from wemask_cli.runtime.progress import warn
 from wemask_cli.train.checkpoints import PREFIX, TRAINER_STATE, barrier, checkpoints
 
@@ -97,9 +96,7 @@ class StagedSaves(TrainerCallback):
         if rel is not None and staged.exists():
             self.claim.move_in(staged, rel)
         elif rel is None and staged.is_dir():
-            for child in sorted(staged.iterdir(), key=lambda p: (p.name == METRICS_FILE, p.name)):
-                self.claim.move_in(child, child.name)
-            shutil.rmtree(staged, ignore_errors=True)
+            self.claim.move_all_in(staged)
         try:
             staged.parent.rmdir()
         except OSError:

@@ -162,10 +162,11 @@ def vllm_dtype(dtype: str) -> str:
 def load_vllm(spec: str | None, dtype: str, request, job: VllmJob | None = None) -> tuple[VllmEngine, list]:
     """(the started VllmEngine, the mask configs to run). `--me-layer auto` locates the ME layer with the
     transformers model first (cached per model), which is freed before vLLM starts."""
-    from wemask_cli.engines.vllm.support import require_finite_folder, require_vllm, warn_version_once
+    from wemask_cli.engines.vllm.support import require_vllm, warn_version_once
     from wemask_cli.engines.vllm.tensor_mask import check_config
     from wemask_cli.models.loading import LoadedModel, load_model, load_tokenizer, resolve_dtype, saved_run
     from wemask_cli.models.sources import resolve_source
+    from wemask_cli.runtime.finite import require_finite_folder
 
     require_vllm()  # before the embedded model is converted or anything is read
     warn_version_once()

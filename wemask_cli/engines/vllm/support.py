@@ -122,20 +122,6 @@ def saved_wemask_for_vllm(folder: str | Path) -> WeMaskConfig | None:
     return saved.wemask
 
 
-def require_finite_folder(folder: str | Path) -> None:
-    """Refuse a model folder whose safetensors hold NaN or infinity before vLLM serves it, with the transformers
-    path's line (finite.refusal), one tensor in memory at a time."""
-    from safetensors import safe_open
-
-    from wemask_cli.runtime.finite import NonFiniteWeights, first_non_finite, refusal
-
-    for path in sorted(Path(folder).glob("*.safetensors")) if Path(folder).is_dir() else []:
-        with safe_open(str(path), framework="pt") as handle:
-            name = first_non_finite((key, handle.get_tensor(key)) for key in handle.keys())  # noqa: SIM118
-        if name is not None:
-            raise NonFiniteWeights(refusal(str(path), name))
-
-
 def install_from_folder(model, folder: str | Path) -> InstalledMask | None:
     """Install the folder's saved WeMask into a loaded vLLM model; None (model unchanged) when it carries none."""
     config = saved_wemask_for_vllm(folder)
