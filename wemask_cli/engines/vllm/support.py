@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from wemask_cli.compat.vllm import VERIFIED
-from wemask_cli.engines.vllm import INSTALL_HINT
+from wemask_cli.engines.vllm.install import INSTALL_HINT
 from wemask_cli.engines.vllm.tensor_mask import NOT_RUNNABLE, SUPPORTED_ARCHITECTURES, InstalledMask, VllmEngineError, check_config, install_wemask
 from wemask_cli.method.config import WeMaskConfig
 from wemask_cli.runtime.errors import WeMaskError
