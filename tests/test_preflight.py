@@ -103,3 +103,11 @@ def test_some_empty_replies_are_one_warning_naming_them(monkeypatch, capsys, tmp
                             "--max-steps", "1", "--report-to", "none")
     assert code == 0, err
     assert "wemask: warning: --dataset" in err and "2 of 4 examples have an empty 'messages' reply (line 2, line 4)" in err
+
+
+@pytest.mark.embedded
+def test_me_layer_past_the_embedded_models_30_layers_comes_before_torch(embedded_dir, tmp_path):
+    """Without --model: the embedded model's converted config.json (the fixture converts it once) says 30 layers."""
+    done = wemask_without_torch("infer", "-p", "hi", "--mask-rate", "0.3", "--me-layer", "30")
+    assert done.returncode == 2, done.stderr
+    assert "--me-layer 30 is outside SmolLM2-135M-Instruct (embedded, dequantized Q4_1 GGUF): it has 30 layers, use 0..29" in done.stderr
