@@ -135,6 +135,9 @@ def run_eval(request: EvalRequest, plot: Callable[[dict, Path], Path] | None = N
         parse_schemes(request.quantize, block_size=request.fp4_block_size, smoothquant=request.smoothquant)  # before loading
     elif request.smoothquant is not None:
         raise WeMaskError("--smoothquant migrates activation scale before quantizing: add --quantize (e.g. none,w4a4)")
+    from wemask_cli.models.preflight import check_model
+
+    check_model(request.model, request.mask.me_layer)  # before torch is imported
     output, created = (Path(request.output).expanduser(), []) if request.output else default_output(task.name)
     if request.overwrite:
         from wemask_cli.models.sources import model_inputs
@@ -194,6 +197,7 @@ def check_engine(request: EvalRequest, task) -> None:
     from wemask_cli.engines.base import engine_class
 
     engine = engine_class(request.engine)
+    engine.check_installed()
     for feature in sorted(task.needs):
         engine.require(feature, flag="--" + task.selector.replace("_", "-") if task.selector else f"the {task.name} task")
     if request.quantize is not None:

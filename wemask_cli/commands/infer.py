@@ -123,6 +123,7 @@ class InferRequest:
 def infer(request: InferRequest) -> list[dict]:
     """The whole command: --output and the prompts checked before the model loads, every prompt generated at every
     setting, --output written. Returns the records (the CLI renders them)."""
+    from wemask_cli.models.preflight import check_model
     from wemask_cli.models.sources import model_inputs
     from wemask_cli.outputs import check_output_file
     from wemask_cli.runtime.progress import status
@@ -131,6 +132,8 @@ def infer(request: InferRequest) -> list[dict]:
         inputs = [*model_inputs(request.model), ("--input", request.input)]
         check_output_file(request.output, overwrite=request.overwrite, flag="--output", inputs=inputs)
     prompts = read_prompts(request.prompts, request.input)
+    engine_class(request.engine).check_installed()  # then the model, before torch is imported
+    check_model(request.model, request.mask.me_layer)
     with status(engine_class(request.engine).loading()):
         engine, configs = load_for_infer(request, prompts)  # torch: once inputs are good
     with status(f"Generating {len(prompts)} prompt(s) x {len(configs)} setting(s)..."):

@@ -24,6 +24,7 @@ import statistics
 from pathlib import Path
 
 from wemask_cli.commands.report_settings import eval_settings, line_names, read_run_record, training_settings
+from wemask_cli.commands.report_stale import replaced_run_note
 from wemask_cli.outputs import METRICS_FILE, Manifest, atomic_write_json, atomic_write_text, check_output_file, check_writable, record_written
 from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.runtime.progress import say
@@ -141,7 +142,11 @@ def gather(directories: list[Path]) -> list[dict]:
         for path in found:
             run = run_label(path, Path(directory))
             try:
-                pairs += [(settings, {"run": run, **row}) for settings, row in result_rows(read_document(path), path)]
+                document = read_document(path)
+                if (note := replaced_run_note(document, path)) is not None:
+                    say(note)
+                    continue
+                pairs += [(settings, {"run": run, **row}) for settings, row in result_rows(document, path)]
             except WeMaskError as err:
                 unreadable.append(str(err))
     if empty:

@@ -30,19 +30,23 @@ class Training:
 
 def run_training(spec: StageSpec, options: dict, stage_options: dict, intervention_options: dict, extra_args: list[str],
                  own_flags: list[str], help_trl: bool = False) -> Training:
-    """Check the mask flags and TRL's pass-through flags (before torch is imported), then list TRL's options
-    (`help_trl`) or train the stage `spec` declares with the shared run."""
+    """Check the mask flags, TRL's pass-through flags, the data and the model (before torch is imported), then list
+    TRL's options (`help_trl`) or train the stage `spec` declares with the shared run."""
     from wemask_cli.mask_request.flags import MaskRequest
 
     MaskRequest.parse(*(options[name] for name in MASK_FLAGS))  # a typo answers before torch is imported
     from wemask_cli.train.trl_flags import check_extra_args
 
     check_extra_args(extra_args, spec.name, spec.trl_config, own_flags)
+    settings = TrainOptions(**options, stage_options=stage_options, intervention_options=intervention_options)
+    if not help_trl:
+        from wemask_cli.train.preflight import preflight
+
+        preflight(spec, settings)  # the data and the model, before torch and TRL are imported
     from wemask_cli.train.resolve import trl_help
     from wemask_cli.train.run import run
 
     stage = spec.load()()
     if help_trl:
         return Training(trl_help=trl_help(stage))
-    settings = TrainOptions(**options, stage_options=stage_options, intervention_options=intervention_options)
     return Training(interrupted=run(stage, settings, extra_args).interrupted)

@@ -108,14 +108,18 @@ def sample_rows(dataset, count: int = 50) -> list[dict]:
     return dataset.select(range(min(count, len(dataset)))).to_list()
 
 
+def check_mapped_columns(rows: list[dict], mapping: dict[str, str], where: str, names=()) -> None:
+    """Every column --dataset-columns reads (`mapping`: theirs -> ours) is among `names` or held by some row."""
+    for theirs, ours in mapping.items():
+        if theirs not in names and not has_column(rows, theirs):
+            raise WeMaskError(f"--dataset-columns {ours}={theirs}: {missing_column_message(rows, theirs, where)}")
+
+
 def apply_column_map(dataset, mapping: dict[str, str], where: str):
     """Rename columns (theirs -> ours); a dotted path becomes a new top-level column; a clash replaces ours."""
     if not mapping:
         return dataset
-    sample = sample_rows(dataset)
-    for theirs, ours in mapping.items():
-        if theirs not in dataset.column_names and not has_column(sample, theirs):
-            raise WeMaskError(f"--dataset-columns {ours}={theirs}: {missing_column_message(sample, theirs, where)}")
+    check_mapped_columns(sample_rows(dataset), mapping, where, dataset.column_names)
     renames = {theirs: ours for theirs, ours in mapping.items() if theirs in dataset.column_names}
     paths = {theirs: ours for theirs, ours in mapping.items() if theirs not in renames}
     extracted = {ours: path_values(dataset, theirs) for theirs, ours in paths.items()}

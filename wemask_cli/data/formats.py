@@ -33,10 +33,11 @@ class TrainingData:
     stage: str  # named in errors
     formats: tuple[DataFormat, ...]
     kind: str | None = None
+    hint: str = ""  # what else the stage reads, said when no format matches (e.g. kto's preference pairs)
 
     def named(self, stage: str) -> TrainingData:
         """The same data under another stage's name (a stage that reads what a built-in one reads)."""
-        return TrainingData(stage, self.formats, self.kind)
+        return TrainingData(stage, self.formats, self.kind, self.hint)
 
 
 SUPERVISED = TrainingData("sft", (
@@ -66,11 +67,30 @@ def detect_format(data: TrainingData, columns, where: str) -> DataFormat:
         if set(fmt.columns) <= present:
             return fmt
     accepted = "; ".join(fmt.describe() for fmt in data.formats)
+    hint = f" {data.hint}." if data.hint else ""
     raise WeMaskError(
-        f"{where} has columns {sorted(present)}, which match no {data.stage} format: accepted are {accepted}. "
-        "Rename columns with --dataset-columns, e.g. prompt=question,completion=answer (dotted paths reach nested "
-        "fields: answer=reward_model.ground_truth)"
+        f"{where} has columns {sorted(present)}, which match no {data.stage} format: accepted are {accepted}.{hint} "
+        f"{rename_suggestion(data, list(columns))}"
     )
+
+
+def rename_suggestion(data: TrainingData, columns: list[str]) -> str:
+    """How --dataset-columns makes the closest format out of `columns`: its missing columns from the columns no
+    format reads, in order (prompt=question,completion=answer); a general line where those are too few."""
+    wanted = {name for fmt in data.formats for name in fmt.columns}
+    spare = [name for name in columns if name not in wanted]
+
+    def closeness(fmt: DataFormat) -> tuple:
+        missing = [name for name in fmt.columns if name not in columns]
+        return len(fmt.columns) - len(missing), len(missing) <= len(spare), len(missing) == len(spare), len(fmt.columns)
+
+    closest = max(data.formats, key=closeness)  # the first of equally close ones
+    missing = [name for name in closest.columns if name not in columns]
+    nested = "dotted paths reach nested fields: answer=reward_model.ground_truth"
+    if spare and len(missing) <= len(spare):
+        pairs = ",".join(f"{ours}={theirs}" for ours, theirs in zip(missing, spare))
+        return f"Rename columns with --dataset-columns {pairs} ({nested})"
+    return f"Add the missing column(s) {', '.join(missing)} to the file, or rename with --dataset-columns OURS=THEIRS ({nested})"
 
 
 def _message_problem(messages: list) -> str | None:

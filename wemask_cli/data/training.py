@@ -10,6 +10,7 @@ from wemask_cli.data.formats import TrainingData, check_rows, detect_format
 from wemask_cli.data.layouts import adapt_layout
 from wemask_cli.data.local import load_local
 from wemask_cli.data.readers import load_hub, looks_local
+from wemask_cli.data.replies import check_replies
 from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.runtime.progress import warn
 
@@ -51,11 +52,13 @@ def load_training_data(
 
 
 def prepare_training_data(data: TrainingData, dataset, labels: list[str] | None, where: str, columns=None):
-    """(dataset, format) of an opened dataset: columns mapped, known layouts adapted, format detected, rows checked."""
+    """(dataset, format) of an opened dataset: columns mapped, known layouts adapted, format detected, rows and replies
+    checked."""
     dataset = apply_column_map(dataset, parse_column_map(columns), where)
     adapted = adapt_layout(data, dataset, labels, where)
     dataset, fmt, labels = adapted or (dataset, detect_format(data, dataset.column_names, where), labels)
     dataset = check_rows(dataset, fmt, labels, where)
+    check_replies(dataset, fmt, labels, where)
     if not fmt.keep_other_columns:
         extra = [c for c in dataset.column_names if c not in fmt.columns]
         if extra:

@@ -14,7 +14,11 @@ from wemask_cli.runtime.errors import WeMaskError
 
 LABELLED = ("prompt", "completion", "label")
 PAIRED = ("prompt", "chosen", "rejected")
-UNPAIRED = TrainingData("kto", (DataFormat("prompt-completion-label", LABELLED),), "unpaired")
+UNPAIRED = TrainingData(
+    "kto", (DataFormat("prompt-completion-label", LABELLED),), "unpaired",
+    "kto reads a 'label' column of true or false per row (true: the completion is desirable, false: undesirable), or "
+    "preference pairs (prompt, chosen, rejected), which it unpairs by itself (chosen: true, rejected: false)",
+)
 # The label is checked here; check_rows reads the text columns, and keeps the label.
 LABELLED_ROWS = DataFormat("prompt-completion-label", ("prompt", "completion"), keep_other_columns=True)
 UNPAIRED_PAIRS = DataFormat("prompt-chosen-rejected, unpaired (chosen: label true, rejected: false)", ("prompt", "completion"),

@@ -68,6 +68,11 @@ class Engine:
         raise NotImplementedError
 
     @classmethod
+    def check_installed(cls) -> None:
+        """Refuse in one line what this engine lacks that is known before anything heavy is imported (its package
+        missing); a command calls it first."""
+
+    @classmethod
     def loading(cls) -> str:
         """The status line while it loads."""
         return f"Loading model in {cls.name}..."

