@@ -39,19 +39,34 @@ def curve_figure(document: dict):
     return fig
 
 
+def curve_lines(rows: list[dict], extra: list[str]) -> dict[tuple, list[dict]]:
+    """The rows of each line (metric, mode, other axes), by mask rate: an r = 0 row ('plain') is the r = 0 point of
+    every masked line of its metric and other axes, a line of its own only when there is none."""
+    group = lambda r: (r["metric"], r["mode"], *(r.get(a) for a in extra))
+    lines: dict[tuple, list[dict]] = {}
+    for row in rows:
+        if row["mask_rate"]:
+            lines.setdefault(group(row), []).append(row)
+    for row in (r for r in rows if not r["mask_rate"]):
+        key = group(row)
+        joined = [other for other in lines if other[0] == key[0] and other[2:] == key[2:] and other[1] != key[1]]
+        for other in joined or [key]:
+            lines.setdefault(other, []).append(row)
+    return {key: sorted(found, key=lambda r: r["mask_rate"]) for key, found in lines.items()}
+
+
 def line_label(key: tuple, keys: list[tuple], extra: list[str]) -> str:
     modes = len({k[1] for k in keys}) > 1
-    return " ".join([key[0]] + ([f"({key[1]})"] if modes else []) + [f"{a}={v}" for a, v in zip(extra, key[2:])])
+    return " ".join([key[0]] + ([f"({key[1]})"] if modes and key[1] else []) + [f"{a}={v}" for a, v in zip(extra, key[2:])])
 
 
 def draw_metric(ax, document: dict, shown: list[str], extra: list[str], scale: float) -> None:
     summary = document["summary"]
     seeds, unit = document.get("seeds", {}).get("count", 1), document.get("unit", "examples")
-    group = lambda r: (r["metric"], r["mode"], *(r.get(a) for a in extra))
-    keys = list(dict.fromkeys(group(r) for r in summary if r["metric"] in shown))
+    lines = curve_lines([r for r in summary if r["metric"] in shown and r["mean"] is not None], extra)
+    keys = list(lines)
     values, errors = [], []
-    for key in keys:
-        rows = sorted((r for r in summary if group(r) == key and r["mean"] is not None), key=lambda r: r["mask_rate"])
+    for key, rows in lines.items():
         x, y = [r["mask_rate"] for r in rows], [scale * r["mean"] for r in rows]
         err = [scale * ((r["std"] if seeds > 1 else r["se"]) or 0.0) for r in rows]
         values, errors = values + y, errors + err
@@ -78,11 +93,10 @@ def draw_deltas(ax, document: dict, extra: list[str], scale: float) -> None:
     """The primary metric's change from r = 0, paired unit by unit (error bars: its paired standard error)."""
     primary = document["primary_metric"]
     rows = [r for r in document["summary"] if r["metric"] == primary and r.get("delta") is not None]
-    group = lambda r: (r["metric"], r["mode"], *(r.get(a) for a in extra))
-    keys = list(dict.fromkeys(group(r) for r in rows))
+    lines = curve_lines(rows, extra)
+    keys = list(lines)
     values, errors = [0.0], [0.0]
-    for key in keys:
-        mine = sorted((r for r in rows if group(r) == key), key=lambda r: r["mask_rate"])
+    for key, mine in lines.items():
         x, y = [r["mask_rate"] for r in mine], [scale * r["delta"] for r in mine]
         err = [scale * (r.get("delta_se") or 0.0) for r in mine]
         values, errors = values + y, errors + err

@@ -11,12 +11,13 @@ from rich.table import Table
 
 from wemask_cli.render.common import fitting, format_metric, is_percent, log_y_axis, pyplot, readable_ylim, save_figure, use_log_axis
 
-LABELS = ("setting", "r", "runs")
+LABELS = ("setting", "r", "mode", "runs")
+SETTING_CHARS = 24  # a longer setting name is keyed in the table (#1) and named in full below it
 MAX_POINTS = 30  # rows (setting and rate) a table shows; the rest are counted, and all are in --csv/--json
 LEGEND_CHARS = 48  # a legend entry wraps at this width, so the legend fits inside the figure
 
 
-def report_tables(rows: list[dict], width: int) -> list[Table]:
+def report_tables(rows: list[dict], width: int) -> list:
     """One table per stage (and eval task), each fitting `width` columns (see `report_table`)."""
     from wemask_cli.commands.report import points
 
@@ -27,48 +28,59 @@ def report_tables(rows: list[dict], width: int) -> list[Table]:
     return tables
 
 
-def report_table(merged: list[dict], what: str, width: int) -> Table:
+def report_table(merged: list[dict], what: str, width: int):
     """A row per setting and mask rate with a column per metric, or, when that is wider than `width`, a row per
-    metric; values are means over the runs at that point (± std across runs or seeds when there are several)."""
+    metric; values are means over the runs at that point (± std across runs or seeds when there are several).
+    Settings named longer than SETTING_CHARS are keyed (#1, #2, ...) and named in full below the table."""
+    from rich.console import Group
+    from rich.text import Text
+
     runs = {run for row in merged for run in row["runs"]}
-    lines = {row["line"] for row in merged}
+    lines = list(dict.fromkeys(row["line"] for row in sorted(merged, key=line_order)))
     title = f"wemask report: {what}, {len(runs)} run(s), {len(lines)} setting(s); ± is the std across seeds"
     metrics = list(dict.fromkeys(row["metric"] for row in merged))
-    return fitting([lambda: _table(merged, title, metrics, True), lambda: _table(merged, title, metrics, False)], width)
+    keyed = max(map(len, lines)) > SETTING_CHARS
+    names = {line: f"#{i}" if keyed else line for i, line in enumerate(lines, 1)}
+    table = fitting([lambda: _table(merged, title, metrics, names, True), lambda: _table(merged, title, metrics, names, False)], width)
+    if not keyed:
+        return table
+    return Group(table, *(Text(f"{names[line]}  {line}") for line in lines))
 
 
-def _table(merged: list[dict], title: str, metrics: list[str], wide: bool) -> Table:
+def line_order(row: dict) -> tuple:
+    """Plain settings first, then by name and mask rate."""
+    return not row["line"].startswith("plain"), row["line"], -1 if row["mask_rate"] is None else row["mask_rate"]
+
+
+def _table(merged: list[dict], title: str, metrics: list[str], names: dict[str, str], wide: bool) -> Table:
     table = Table(title=title)
     for name in LABELS + (tuple(metrics) if wide else ("metric", "value")):
-        numeric = name not in ("setting", "runs", "metric")
-        whole = name == "metric"  # a metric name stays on one line; the setting and run names wrap at word breaks
-        table.add_column(name, justify="right" if numeric else "left", overflow="fold", no_wrap=(numeric and name != "r") or whole,
-                         min_width=max(map(len, metrics)) if whole else None)
+        numeric = name not in ("setting", "mode", "runs", "metric")
+        whole = name in ("metric", "mode")  # a metric name stays on one line; the setting and run names wrap at word breaks
+        table.add_column(name, justify="right" if numeric else "left", overflow="fold", no_wrap=numeric or whole,
+                         min_width=max(map(len, metrics)) if name == "metric" else None)
     groups: dict[tuple, dict] = {}
-    for row in merged:
+    for row in sorted(merged, key=line_order):
         groups.setdefault((row["line"], row["mask_rate"]), {})[row["metric"]] = row
-    order = sorted(groups, key=lambda k: (not k[0].startswith("plain"), k[0], -1 if k[1] is None else k[1]))
+    order = list(groups)
     short = short_names([run for key in order for row in groups[key].values() for run in row["runs"]])
     for key in order[:MAX_POINTS]:
         first = next(iter(groups[key].values()))
-        labels = (key[0], rate_label(first), runs_label([short[run] for run in first["runs"]]))
+        labels = (names[key[0]], rate_label(first), first["mode"], runs_label([short[run] for run in first["runs"]]))
         if wide:
             table.add_row(*labels, *(cell(groups[key].get(metric)) for metric in metrics))
             continue
         for metric, row in groups[key].items():
             table.add_row(*labels, metric, cell(row))
-            labels = ("", "", "")
+            labels = ("", "", "", "")
     if len(order) > MAX_POINTS:
         table.caption = f"… and {len(order) - MAX_POINTS} more setting-and-rate rows: every row is in --csv / --json"
     return table
 
 
 def rate_label(point: dict) -> str:
-    """The mask rate of a point; r = 0 of a masked line is its plain baseline."""
-    if point["mask_rate"] is None:
-        return "-"
-    plain = point["mask_rate"] == 0 and point["mode"] == "plain" and not point["line"].startswith("plain")
-    return f"{point['mask_rate']:g}" + (" (plain)" if plain else "")
+    """The mask rate of a point ('-' when the run recorded none)."""
+    return "-" if point["mask_rate"] is None else f"{point['mask_rate']:g}"
 
 
 def runs_label(names: list[str]) -> str:
