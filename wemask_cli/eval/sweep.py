@@ -115,14 +115,16 @@ def key_of(variant: dict, labels: list[str], seed: int, metric: str) -> tuple:
 
 
 def add_deltas(results: list[dict], items: dict[tuple, Metric], axes: list[Axis], labels: list[str]) -> None:
-    """For each axis with a reference: the paired change from the variant at the reference (same other labels)."""
+    """For each axis with a reference: the paired change from the variant at the reference (its setting's labels,
+    the same labels of the other axes)."""
     for axis in axes:
-        if axis.reference is None:
+        reference = next((s.labels for s in axis.settings if s.labels.get(axis.name) == axis.reference), None)
+        if axis.reference is None or reference is None:
             continue
         for row in results:
             if row.get(axis.name) == axis.reference:
                 continue  # the reference itself: no change to show
-            base = items.get(key_of({**row, axis.name: axis.reference}, labels, row["seed"], row["metric"]))
+            base = items.get(key_of({**row, **reference}, labels, row["seed"], row["metric"]))
             delta = paired_delta(items[key_of(row, labels, row["seed"], row["metric"])], base) if base else None
             if delta is not None:
                 row[axis.delta_key], row[f"{axis.delta_key}_se"] = delta

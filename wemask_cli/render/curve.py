@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from wemask_cli.models.names import model_label
-from wemask_cli.render.common import is_percent, log_y_axis, pyplot, readable_ylim, save_figure, use_log_axis
+from wemask_cli.render.common import is_percent, log_y_axis, pyplot, rate_axis, readable_ylim, save_figure, use_log_axis
 
 FIXED = ("mask_rate", "mode", "me_layer")
 
@@ -81,9 +81,7 @@ def draw_metric(ax, document: dict, shown: list[str], extra: list[str], scale: f
         log_y_axis(ax)
     elif values:
         readable_ylim(ax, values, errors)
-    ax.set_xticks(sorted({r["mask_rate"] for r in document["summary"]}))
-    ax.set_xlim(-0.05, 1.05)
-    ax.set_xlabel("mask rate r")
+    rate_axis(ax, [r["mask_rate"] for r in document["summary"]])
     ax.set_ylabel(", ".join(shown) + (" (%)" if scale == 100 else ""))
     ax.set_title("value", fontsize=10)
     ax.grid(alpha=0.3)
@@ -97,15 +95,14 @@ def draw_deltas(ax, document: dict, extra: list[str], scale: float) -> None:
     keys = list(lines)
     values, errors = [0.0], [0.0]
     for key, mine in lines.items():
-        x, y = [r["mask_rate"] for r in mine], [scale * r["delta"] for r in mine]
-        err = [scale * (r.get("delta_se") or 0.0) for r in mine]
+        mine = [r for r in mine if r["mask_rate"]]  # the change starts at 0 on r = 0 itself
+        x, y = [0.0] + [r["mask_rate"] for r in mine], [0.0] + [scale * r["delta"] for r in mine]
+        err = [0.0] + [scale * (r.get("delta_se") or 0.0) for r in mine]
         values, errors = values + y, errors + err
         ax.errorbar(x, y, yerr=err, marker="s", capsize=4, linestyle=":", label=f"Δ {line_label(key, keys, extra)} vs r=0 (± paired s.e.)")
     ax.axhline(0, color="grey", linewidth=0.8)
     readable_ylim(ax, values, errors)
-    ax.set_xticks(sorted({r["mask_rate"] for r in document["summary"]}))
-    ax.set_xlim(-0.05, 1.05)
-    ax.set_xlabel("mask rate r")
+    rate_axis(ax, [r["mask_rate"] for r in document["summary"]])
     ax.set_ylabel(f"Δ {primary}" + (" (points)" if scale == 100 else ""))
     ax.set_title("change from r = 0, paired", fontsize=10)
     ax.grid(alpha=0.3)

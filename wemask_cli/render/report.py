@@ -9,10 +9,9 @@ from pathlib import Path
 
 from rich.table import Table
 
-from wemask_cli.render.common import fitting, format_metric, is_percent, log_y_axis, pyplot, readable_ylim, save_figure, use_log_axis
+from wemask_cli.render.common import fitting, format_metric, is_percent, log_y_axis, pyplot, rate_axis, readable_ylim, save_figure, use_log_axis
 
 LABELS = ("setting", "r", "mode", "runs")
-SETTING_CHARS = 24  # a longer setting name is keyed in the table (#1) and named in full below it
 MAX_POINTS = 30  # rows (setting and rate) a table shows; the rest are counted, and all are in --csv/--json
 LEGEND_CHARS = 48  # a legend entry wraps at this width, so the legend fits inside the figure
 
@@ -31,7 +30,7 @@ def report_tables(rows: list[dict], width: int) -> list:
 def report_table(merged: list[dict], what: str, width: int):
     """A row per setting and mask rate with a column per metric, or, when that is wider than `width`, a row per
     metric; values are means over the runs at that point (± std across runs or seeds when there are several).
-    Settings named longer than SETTING_CHARS are keyed (#1, #2, ...) and named in full below the table."""
+    Setting names stay whole; where they do not fit, the table names them by key (#1, #2, ...), in full below it."""
     from rich.console import Group
     from rich.text import Text
 
@@ -39,12 +38,13 @@ def report_table(merged: list[dict], what: str, width: int):
     lines = list(dict.fromkeys(row["line"] for row in sorted(merged, key=line_order)))
     title = f"wemask report: {what}, {len(runs)} run(s), {len(lines)} setting(s); ± is the std across seeds"
     metrics = list(dict.fromkeys(row["metric"] for row in merged))
-    keyed = max(map(len, lines)) > SETTING_CHARS
-    names = {line: f"#{i}" if keyed else line for i, line in enumerate(lines, 1)}
-    table = fitting([lambda: _table(merged, title, metrics, names, True), lambda: _table(merged, title, metrics, names, False)], width)
-    if not keyed:
+    keys = {line: f"#{i}" for i, line in enumerate(lines, 1)}
+    whole = {line: line for line in lines}
+    table = fitting([lambda names=names, wide=wide: _table(merged, title, metrics, names, wide)
+                     for names in (whole, keys) for wide in (True, False)], width)  # fmt: skip
+    if table.columns[0].no_wrap:  # names whole
         return table
-    return Group(table, *(Text(f"{names[line]}  {line}") for line in lines))
+    return Group(table, *(Text(f"{keys[line]}  {line}") for line in lines))
 
 
 def line_order(row: dict) -> tuple:
@@ -54,9 +54,10 @@ def line_order(row: dict) -> tuple:
 
 def _table(merged: list[dict], title: str, metrics: list[str], names: dict[str, str], wide: bool) -> Table:
     table = Table(title=title)
+    keyed = any(key != line for line, key in names.items())
     for name in LABELS + (tuple(metrics) if wide else ("metric", "value")):
         numeric = name not in ("setting", "mode", "runs", "metric")
-        whole = name in ("metric", "mode")  # a metric name stays on one line; the setting and run names wrap at word breaks
+        whole = name in ("metric", "mode") or (name == "setting" and not keyed)  # run names wrap at word breaks
         table.add_column(name, justify="right" if numeric else "left", overflow="fold", no_wrap=numeric or whole,
                          min_width=max(map(len, metrics)) if name == "metric" else None)
     groups: dict[tuple, dict] = {}
@@ -116,18 +117,24 @@ def report_png(rows: list[dict], path: str | Path) -> Path:
 
 def report_figure(rows: list[dict]):
     """A panel per stage and metric: value against mask rate, a line per setting (mean over seeds, error bars the std
-    across them; see draw_panel), and below them one legend, its entries wrapped to fit inside the figure."""
+    across them; see draw_panel), and below them one legend, its entries wrapped to fit inside the figure. A panel
+    of a single point (one setting at one rate) is left to the table, named in the title, unless all are."""
     from wemask_cli.commands.report import points
 
     plt = pyplot()
     merged = [row for row in points(rows) if row["mask_rate"] is not None]
-    panels = list(dict.fromkeys((row["stage"], row["task"], row["metric"]) for row in merged)) or [("", "", "")]
-    colors = {line: f"C{i % 10}" for i, line in enumerate(dict.fromkeys(row["line"] for row in merged))}
-    cols, grid = min(3, len(panels)), math.ceil(len(panels) / min(3, len(panels)))
+    found: dict[tuple, list[dict]] = {}
+    for row in merged:
+        found.setdefault((row["stage"], row["task"], row["metric"]), []).append(row)
+    panels = {panel: mine for panel, mine in found.items() if len(mine) > 1} or found or {("", "", ""): []}
+    single = [panel for panel in found if panel not in panels]
+    colors = {line: f"C{i % 10}" for i, line in enumerate(dict.fromkeys(row["line"] for mine in panels.values() for row in mine))}
+    cols = min(3, len(panels))
+    grid = math.ceil(len(panels) / cols)
     legend_in = 0.32 * math.ceil(len(colors) / cols) + 0.4  # two text lines per entry at most
     fig, axes = plt.subplots(grid, cols, figsize=(5.2 * cols, 3.9 * grid + legend_in), squeeze=False, layout="constrained")
-    for ax, panel in zip(axes.flat, panels):
-        draw_panel(ax, [row for row in merged if (row["stage"], row["task"], row["metric"]) == panel], panel, colors)
+    for ax, (panel, mine) in zip(axes.flat, panels.items()):
+        draw_panel(ax, mine, panel, colors)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     handles = {}
@@ -137,8 +144,17 @@ def report_figure(rows: list[dict]):
     if handles:
         labels = [textwrap.fill(label, LEGEND_CHARS) for label in handles]
         fig.legend(handles.values(), labels, loc="outside lower center", ncol=min(cols, len(handles)), fontsize=8)
-    fig.suptitle("wemask report: mean over seeds; error bars: std across seeds", fontsize=11)
+    fig.suptitle("wemask report: mean over seeds; error bars: std across seeds" + single_note(single), fontsize=11)
     return fig
+
+
+def single_note(panels: list[tuple]) -> str:
+    """The title's line for the metrics of a single point, left to the table: how many, per stage."""
+    if not panels:
+        return ""
+    stages = dict.fromkeys(f"{stage} {task}".strip() for stage, task, _ in panels)
+    counts = ", ".join(f"{stage} {sum(f'{s} {t}'.strip() == stage for s, t, _ in panels)}" for stage in stages)
+    return f"\n{len(panels)} metric(s) of a single point each ({counts}): in the table, not drawn"
 
 
 def draw_panel(ax, rows: list[dict], panel: tuple, colors: dict) -> None:
@@ -148,6 +164,8 @@ def draw_panel(ax, rows: list[dict], panel: tuple, colors: dict) -> None:
     scale = 100.0 if metric and is_percent(metric) else 1.0
     values, errors = [], []
     lines = list(dict.fromkeys(row["line"] for row in rows))
+    rates = [row["mask_rate"] for row in rows]
+    span = (max(rates) - min(rates)) or 1.0
     for index, line in enumerate(lines):
         mine = sorted((row for row in rows if row["line"] == line), key=lambda row: row["mask_rate"])
         x, y = [row["mask_rate"] for row in mine], [scale * row["value"] for row in mine]
@@ -160,7 +178,7 @@ def draw_panel(ax, rows: list[dict], panel: tuple, colors: dict) -> None:
             if err[0]:
                 ax.axhspan(y[0] - err[0], y[0] + err[0], color=colors[line], alpha=0.12)
             continue
-        dodge = (index - (len(lines) - 1) / 2) * 0.01  # error bars at one rate stay apart
+        dodge = (index - (len(lines) - 1) / 2) * 0.01 * span  # error bars at one rate stay apart
         ax.errorbar([v + dodge for v in x], y, yerr=err if any(err) else None, marker="o", markersize=6 if len(x) == 1 else 4, capsize=4,
                     color=colors[line], label=label)  # fmt: skip
     if use_log_axis(metric, values):
@@ -168,6 +186,5 @@ def draw_panel(ax, rows: list[dict], panel: tuple, colors: dict) -> None:
     elif values:
         readable_ylim(ax, values, errors)
     ax.set_title(f"{stage}{f' {task}' if task else ''}: {metric}{' (%)' if scale == 100 else ''}", fontsize=10)
-    ax.set_xlabel("mask rate r")
-    ax.set_xlim(-0.05, 1.05)  # the whole range of r, also for a single run
+    rate_axis(ax, rates)
     ax.grid(alpha=0.3)
