@@ -21,7 +21,10 @@ FLAG = "the report's folder (the default of --plot)"
 
 def default_folder(first_run: Path) -> Path:
     """`report/` beside the first run directory (never inside it, also for `wemask report .`)."""
-    return Path(os.path.relpath(Path(os.path.abspath(first_run)).parent / REPORT_FOLDER))
+    run = Path(os.path.normpath(first_run))
+    if run.name in ("", ".", ".."):
+        run = Path(os.path.abspath(run))
+    return run.parent / REPORT_FOLDER
 
 
 def is_report_folder(directory: Path) -> bool:
