@@ -16,7 +16,7 @@ def eval_curve_png(document: dict, path: str | Path) -> Path:
 
 
 def curve_figure(document: dict):
-    """Left: the primary metric (and metrics of its kind) against mask rate, a line per metric, mode and other axis,
+    """Left: the primary metric (and metrics of its kind) against mask rate, a line per metric and other axis,
     with the std over seeds (error bars) or ± 1 standard error over units (a band; error bars for a single point).
     Right, when the sweep has a change from r = 0: that change, paired unit by unit, with its paired SE."""
     summary, primary = document["summary"], document.get("primary_metric")
@@ -40,38 +40,29 @@ def curve_figure(document: dict):
 
 
 def curve_lines(rows: list[dict], extra: list[str]) -> dict[tuple, list[dict]]:
-    """The rows of each line (metric, mode, other axes), by mask rate: an r = 0 row ('plain') is the r = 0 point of
-    every masked line of its metric and other axes, a line of its own only when there is none."""
-    group = lambda r: (r["metric"], r["mode"], *(r.get(a) for a in extra))
+    """The rows of each line, by mask rate: one line per metric and setting of the other axes, its r = 0 point the
+    plain model's (the mode of each rate is in the table: plain, aware at the trained rate, free at others)."""
     lines: dict[tuple, list[dict]] = {}
     for row in rows:
-        if row["mask_rate"]:
-            lines.setdefault(group(row), []).append(row)
-    for row in (r for r in rows if not r["mask_rate"]):
-        key = group(row)
-        joined = [other for other in lines if other[0] == key[0] and other[2:] == key[2:] and other[1] != key[1]]
-        for other in joined or [key]:
-            lines.setdefault(other, []).append(row)
+        lines.setdefault((row["metric"], *(row.get(a) for a in extra)), []).append(row)
     return {key: sorted(found, key=lambda r: r["mask_rate"]) for key, found in lines.items()}
 
 
-def line_label(key: tuple, keys: list[tuple], extra: list[str]) -> str:
-    modes = len({k[1] for k in keys}) > 1
-    return " ".join([key[0]] + ([f"({key[1]})"] if modes and key[1] else []) + [f"{a}={v}" for a, v in zip(extra, key[2:])])
+def line_label(key: tuple, extra: list[str]) -> str:
+    return " ".join([key[0]] + [f"{a}={v}" for a, v in zip(extra, key[1:])])
 
 
 def draw_metric(ax, document: dict, shown: list[str], extra: list[str], scale: float) -> None:
     summary = document["summary"]
     seeds, unit = document.get("seeds", {}).get("count", 1), document.get("unit", "examples")
     lines = curve_lines([r for r in summary if r["metric"] in shown and r["mean"] is not None], extra)
-    keys = list(lines)
     values, errors = [], []
     for key, rows in lines.items():
         x, y = [r["mask_rate"] for r in rows], [scale * r["mean"] for r in rows]
         err = [scale * ((r["std"] if seeds > 1 else r["se"]) or 0.0) for r in rows]
         values, errors = values + y, errors + err
         spread = f"mean ± std over {seeds} seeds" if seeds > 1 else f"± 1 s.e. over {unit}"
-        label = f"{line_label(key, keys, extra)} ({spread})"
+        label = f"{line_label(key, extra)} ({spread})"
         if seeds > 1 or len(x) == 1:
             ax.errorbar(x, y, yerr=err, marker="o", capsize=4, label=label)
             continue
@@ -92,14 +83,13 @@ def draw_deltas(ax, document: dict, extra: list[str], scale: float) -> None:
     primary = document["primary_metric"]
     rows = [r for r in document["summary"] if r["metric"] == primary and r.get("delta") is not None]
     lines = curve_lines(rows, extra)
-    keys = list(lines)
     values, errors = [0.0], [0.0]
     for key, mine in lines.items():
         mine = [r for r in mine if r["mask_rate"]]  # the change starts at 0 on r = 0 itself
         x, y = [0.0] + [r["mask_rate"] for r in mine], [0.0] + [scale * r["delta"] for r in mine]
         err = [0.0] + [scale * (r.get("delta_se") or 0.0) for r in mine]
         values, errors = values + y, errors + err
-        ax.errorbar(x, y, yerr=err, marker="s", capsize=4, linestyle=":", label=f"Δ {line_label(key, keys, extra)} vs r=0 (± paired s.e.)")
+        ax.errorbar(x, y, yerr=err, marker="s", capsize=4, linestyle=":", label=f"Δ {line_label(key, extra)} vs r=0 (± paired s.e.)")
     ax.axhline(0, color="grey", linewidth=0.8)
     readable_ylim(ax, values, errors)
     rate_axis(ax, [r["mask_rate"] for r in document["summary"]])
