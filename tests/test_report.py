@@ -156,6 +156,14 @@ def test_report_writes_its_default_plot_into_its_own_folder_and_reruns_without_o
         )
     assert (folder / "notes.txt").read_text() == "the user's notes" and (folder / "report.png").read_bytes()[:4] == b"\x89PNG"
     (folder / "notes.txt").unlink()
+    taken = write_training_run(proj / "sub3" / "report", mask_rate=0.3)  # a run named report, beside the first run
+    write_training_run(proj / "sub3" / "r0", mask_rate=0.0)
+    for again in ((), ("--overwrite",)):
+        code, _, err = run_main(monkeypatch, capsys, "report", str(proj / "sub3" / "r0"), str(second), *again)
+        assert code == 2 and err.splitlines()[-1] == (
+            f"wemask: error: {taken} is not the folder of a wemask report (it holds other files): pass --plot PATH, or --no-plot"
+        )
+    assert sorted(p.name for p in taken.iterdir()) == ["metrics.json", "wemask_run.json"]
     code, out, err = run_main(monkeypatch, capsys, "report", *sorted(str(p) for p in (proj / "sub1").iterdir()))  # runs/*
     assert code == 0, err
     assert err.splitlines()[0] == f"wemask: skipping {folder}: the output of an earlier wemask report" and "a " in out

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from wemask_cli.outputs import Manifest, OutputClaim, atomic_write_json, claim_output_dir, read_manifest
+from wemask_cli.outputs import OURS, Manifest, OutputClaim, atomic_write_json, claim_output_dir, read_manifest
 from wemask_cli.outputs.trained import read_object
 from wemask_cli.runtime.errors import WeMaskError
 
@@ -38,9 +38,12 @@ def run_list(directories: list[Path]) -> list[str]:
 
 def claim_default_output(directories: list[Path], overwrite: bool) -> tuple[Path, OutputClaim]:
     """The default plot's path and its folder, claimed: a report of the same runs is replaced without --overwrite,
-    one of other runs with it; a folder holding anything else is refused (the claim's checks)."""
+    one of other runs with it; a folder holding anything else (a run named `report`, a user's file) is refused,
+    --overwrite or not."""
     folder = default_folder(directories[0])
     earlier = read_object(folder / RUNS_FILE).get("runs") if is_report_folder(folder) else None
+    if earlier is None and folder.is_dir() and set(os.listdir(folder)) - set(OURS):  # a run, or the user's folder
+        raise WeMaskError(f"{folder} is not the folder of a wemask report (it holds other files): pass --plot PATH, or --no-plot")
     same = earlier == run_list(directories)
     if earlier is not None and not same and not overwrite:
         shown = ", ".join(os.path.relpath(run) for run in earlier[:3]) + (f" and {len(earlier) - 3} more" if len(earlier) > 3 else "")
