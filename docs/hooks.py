@@ -21,7 +21,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from doc_runs import QUICKSTART_RUN, quickstart  # noqa: E402
 from doc_tables import benchmarks_page, cli_page, quickstart_page, recipe_keys_page  # noqa: E402
 
-FIGURES = {"locate.png": "runs/quickstart/locate.png", "report.png": "runs/quickstart/sft/report.png"}
+FIGURES = {"locate.png": "runs/quickstart/locate.png", "report.png": "runs/quickstart/report/report.png"}
 
 
 def on_files(files, config):

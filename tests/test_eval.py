@@ -230,14 +230,15 @@ def test_sweep_loads_the_model_once_and_writes_every_output(monkeypatch, capsys,
     assert sorted(p.name for p in out.iterdir()) == [".wemask-manifest.json", *files]  # the lock is released
     assert json.loads((out / ".wemask-manifest.json").read_text())["written"] == files
     doc = json.loads((out / "metrics.json").read_text())
-    assert doc["stage"] == "eval" and doc["task"] == "perplexity" and doc["mode"] == "free"
+    assert doc["stage"] == "eval" and doc["task"] == "perplexity" and doc["mode"] is None  # plain at r = 0, blank masked
     assert doc["mask_rates"] == [0.0, 0.5, 1.0] and doc["n_examples"] == 3 and doc["unit"] == "windows"
     assert doc["primary_metric"] == "perplexity"
     assert {r["metric"] for r in doc["results"]} == {"perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte"}
     ppl = [r for r in doc["results"] if r["metric"] == "perplexity"]
     assert [r["mask_rate"] for r in ppl] == [0.0, 0.5, 1.0]
     assert all(r["n"] == 3 and r["me_layer"] == 1 for r in doc["results"])
-    assert ppl[0]["delta"] == 0 and ppl[2]["delta"] != 0 and ppl[2]["delta_se"] > 0
+    assert [r["mode"] for r in ppl] == ["plain", "", ""]  # a base model: nothing trained, no mode when masked
+    assert "delta" not in ppl[0] and ppl[2]["delta"] != 0 and ppl[2]["delta_se"] > 0  # no change of r = 0 from itself
     assert doc["wemask"][0]["mask_rate"] == 0.0 and doc["wemask"][2]["dims"]["3"]
     assert doc["seeds"] == {"count": 1, "varies": "nothing (deterministic task)"}
     rows = list(csv.DictReader((out / "results.csv").open()))

@@ -122,13 +122,98 @@ def test_curve_figure_names_the_embedded_model_and_shows_one_point():
     assert low < 41 - 6 and high > 41 + 6  # the error bar (± 1 s.e. in points) is inside the axis
 
 
-def test_locate_figure_layout_and_title(tiny_model_dir):
+def located(model_dir: str) -> dict:
     from wemask_cli.commands.locate import run_locate
     from wemask_cli.models.loading import load_model
 
-    loaded = load_model(tiny_model_dir)
-    report = run_locate(loaded, ["The quick brown fox jumps.", "def f(x):\n    return x", "1 + 1 = 2"], max_length=16)
+    return run_locate(load_model(model_dir), ["The quick brown fox jumps.", "def f(x):\n    return x", "1 + 1 = 2"], max_length=16)
+
+
+def legend_labels(ax) -> list[str]:
+    return [text.get_text() for text in ax.get_legend().get_texts()] if ax.get_legend() else []
+
+
+def test_locate_figure_layout_and_title(tiny_model_dir):
+    """A dense model: seven panels (the ΔKL right axis beside them), no empty MoE panel, no expert legend entries."""
+    report = located(tiny_model_dir)
     report["model"] = EMBEDDED_CACHE  # as load_model names the embedded model: its cache folder
     fig = locate_figure(report)
     assert_clean_layout(fig)
     assert fig._suptitle.get_text().startswith("SmolLM2-135M-Instruct (embedded, dequantized Q4_1 GGUF) (")
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(shown) == 8 and not any("MoE" in ax.get_title() for ax in shown)  # 7 panels and the ΔKL axis
+    labels = [label for ax in shown for label in legend_labels(ax)]
+    assert "attention" in labels and "routed experts" not in labels and "shared expert" not in labels
+    assert [ax.get_xlabel() for ax in shown if ax.get_xlabel()] == ["layer (0-based)"] * 2  # the bottom of each column
+
+
+def test_locate_figure_of_a_moe_model_has_its_routing_panel(tmp_path, tiny_tokenizer):
+    from conftest import make_tiny_model
+
+    model = make_tiny_model("qwen2_moe", vocab_size=len(tiny_tokenizer))
+    model.save_pretrained(tmp_path)
+    tiny_tokenizer.save_pretrained(tmp_path)
+    fig = locate_figure(located(str(tmp_path)))
+    assert_clean_layout(fig)
+    (routing,) = [ax for ax in fig.axes if ax.get_visible() and "MoE" in ax.get_title()]
+    assert legend_labels(routing) == ["most common expert set", "most common expert"]
+    who = next(ax for ax in fig.axes if ax.get_title().startswith("Who writes"))
+    assert {"routed experts", "shared expert"} <= set(legend_labels(who))
+
+
+def sweep_rows(tmp_path, rates=(0.0, 0.1, 0.3)) -> list[dict]:
+    from wemask_cli.commands.report import gather
+
+    runs = tmp_path / "sweep"
+    for rate in rates:
+        write_training_run(runs / f"r{rate:g}", mask_rate=rate, loss=2.4 - rate)
+    return gather(sorted(runs.iterdir()))
+
+
+def test_report_figure_x_axis_spans_the_rates_of_the_sweep(tmp_path):
+    """A sweep that stops at 0.3 fills its panels (was 0 to 1 whatever the rates: 70% of each panel empty)."""
+    fig = report_figure(sweep_rows(tmp_path))
+    assert_clean_layout(fig)
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in shown] == ["sft: train_loss", "sft: final_loss"]
+    for ax in shown:
+        low, high = ax.get_xlim()
+        assert -0.05 < low < 0 and 0.3 < high < 0.35
+        assert list(ax.get_xticks()) == [0.0, 0.1, 0.3]
+
+
+def test_report_figure_leaves_single_point_panels_to_the_table(tmp_path):
+    """The demo's report: 18 panels, most of one point (a DPO or GRPO run alone); those are named in the title, the
+    panels with a curve or a comparison are drawn. A report of single points only still draws them."""
+    from wemask_cli.commands.report import gather
+
+    rows = sweep_rows(tmp_path)
+    write_training_run(tmp_path / "dpo", stage="dpo", ref_mask="same")
+    rows += gather([tmp_path / "dpo"])
+    fig = report_figure(rows)
+    assert_clean_layout(fig)
+    assert [ax.get_title() for ax in fig.axes if ax.get_visible()] == ["sft: train_loss", "sft: final_loss"]
+    assert fig._suptitle.get_text().splitlines()[1] == "3 metric(s) of a single point each (dpo 3): in the table, not drawn"
+    alone = report_figure(gather([tmp_path / "dpo"]))
+    assert len([ax for ax in alone.axes if ax.get_visible()]) == 3 and "\n" not in alone._suptitle.get_text()
+    low, high = alone.axes[0].get_xlim()
+    assert low < 0.3 < high and high - low < 0.5  # around its one rate
+
+
+def test_curve_figure_x_axis_and_change_from_r0(monkeypatch, capsys, tiny_model_dir, tmp_path):
+    """An eval sweep to 0.3: both panels span 0 to 0.3; the change panel starts at 0 on r = 0 (no change of r = 0
+    from itself is recorded)."""
+    out = tmp_path / "eval"
+    code, _, err = run_main(monkeypatch, capsys, "eval", "--model", tiny_model_dir, "--task", "perplexity", "--window", "16",
+                            "--limit", "2", "--mask-rates", "0,0.1,0.3", "--me-layer", "1", "--output", str(out))  # fmt: skip
+    assert code == 0, err
+    fig = curve_figure(json.loads((out / "metrics.json").read_text()))
+    assert_clean_layout(fig)
+    value, change = fig.axes
+    for ax in (value, change):
+        low, high = ax.get_xlim()
+        assert -0.05 < low < 0 and 0.3 < high < 0.35 and list(ax.get_xticks()) == [0.0, 0.1, 0.3]
+    (line,) = [c.lines[0] for c in change.containers]
+    assert list(line.get_xdata()) == [0.0, 0.1, 0.3] and line.get_ydata()[0] == 0
+    curves = [list(line.get_xdata()) for line in value.get_lines() if line.get_label().startswith("perplexity")]
+    assert curves == [[0.0, 0.1, 0.3]]  # the plain r = 0 point is on the masked rates' line, not a line apart

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -120,8 +121,10 @@ def test_report_never_replaces_a_file_without_overwrite(monkeypatch, capsys, tmp
     assert json.loads(out_json.read_text())[0]["run"] == str(run) and not list(tmp_path.rglob("*.png"))
 
 
-def test_report_writes_its_default_plot_only_inside_the_first_run_and_never_over_a_user_file(monkeypatch, capsys, tmp_path):
-    """`wemask report sub1/a sub2/b --csv table.csv --overwrite` replaced proj/report.png, the user's own."""
+def test_report_writes_its_default_plot_into_its_own_folder_and_reruns_without_overwrite(monkeypatch, capsys, tmp_path):
+    """The default plot went into the first training run's folder, so the second report was refused without
+    --overwrite: it goes into report/ beside the first run, claimed like any output; a rerun of the same report
+    replaces it, a report of other runs needs --overwrite, a user's file there is never replaced."""
     proj = tmp_path / "proj"
     first, second = proj / "sub1" / "a", proj / "sub2" / "b"
     for run, rate in ((first, 0.0), (second, 0.3)):
@@ -131,16 +134,39 @@ def test_report_writes_its_default_plot_only_inside_the_first_run_and_never_over
     code, _, err = run_main(monkeypatch, capsys, "report", str(first), str(second), "--csv", str(proj / "table.csv"), "--overwrite")
     assert code == 0, err
     assert mine.read_text() == "the user's plot" and sorted(p.name for p in proj.rglob("*.png")) == ["report.png"]
-    for _ in range(2):  # the default plot (nothing else asked for): inside the first run, replaced with --overwrite
-        code, _, err = run_main(monkeypatch, capsys, "report", str(first), str(second), "--overwrite")
+    folder = proj / "sub1" / "report"
+    for _ in range(2):  # the default plot (nothing else asked for): its own folder, replaced by a rerun without --overwrite
+        code, _, err = run_main(monkeypatch, capsys, "report", str(first), str(second))
         assert code == 0, err
-        assert (first / "report.png").read_bytes()[:4] == b"\x89PNG" and mine.read_text() == "the user's plot"
-    (second / "report.png").write_text("also the user's")
-    code, _, err = run_main(monkeypatch, capsys, "report", str(second), str(first), "--overwrite")
+        assert "".join(err.split()).endswith(f"Wrote{folder / 'report.png'}") and (folder / "report.png").read_bytes()[:4] == b"\x89PNG"
+        assert sorted(p.name for p in first.iterdir()) == ["metrics.json", "wemask_run.json"]  # the run's folder holds the run only
+    assert json.loads((folder / "runs.json").read_text())["runs"] == sorted(str(p.resolve()) for p in (first, second))
+    code, _, err = run_main(monkeypatch, capsys, "report", str(first))  # another report: refused, then --overwrite
     assert code == 2 and err.splitlines()[-1] == (
-        f"wemask: error: {second / 'report.png'} exists and wemask report did not write it: pass --plot PATH for the plot, or --no-plot"
+        f"wemask: error: {folder} holds the report of other runs ({os.path.relpath(first)}, {os.path.relpath(second)}): "
+        "pass --overwrite to replace it, or --plot PATH"
     )
-    assert (second / "report.png").read_text() == "also the user's"
+    code, _, err = run_main(monkeypatch, capsys, "report", str(first), "--overwrite")
+    assert code == 0, err
+    (folder / "notes.txt").write_text("the user's notes")
+    for again in ((), ("--overwrite",)):
+        code, _, err = run_main(monkeypatch, capsys, "report", str(first), *again)
+        assert code == 2 and err.splitlines()[-1] == (
+            f"wemask: error: {folder} also holds files wemask report did not write (notes.txt): move them away, or pass --plot PATH"
+        )
+    assert (folder / "notes.txt").read_text() == "the user's notes" and (folder / "report.png").read_bytes()[:4] == b"\x89PNG"
+    (folder / "notes.txt").unlink()
+    taken = write_training_run(proj / "sub3" / "report", mask_rate=0.3)  # a run named report, beside the first run
+    write_training_run(proj / "sub3" / "r0", mask_rate=0.0)
+    for again in ((), ("--overwrite",)):
+        code, _, err = run_main(monkeypatch, capsys, "report", str(proj / "sub3" / "r0"), str(second), *again)
+        assert code == 2 and err.splitlines()[-1] == (
+            f"wemask: error: {taken} is not the folder of a wemask report (it holds other files): pass --plot PATH, or --no-plot"
+        )
+    assert sorted(p.name for p in taken.iterdir()) == ["metrics.json", "wemask_run.json"]
+    code, out, err = run_main(monkeypatch, capsys, "report", *sorted(str(p) for p in (proj / "sub1").iterdir()))  # runs/*
+    assert code == 0, err
+    assert err.splitlines()[0] == f"wemask: skipping {folder}: the output of an earlier wemask report" and "a " in out
 
 
 def test_report_goes_on_past_an_unreadable_run_and_sums_up_empty_folders(monkeypatch, capsys, tmp_path):

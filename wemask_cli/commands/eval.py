@@ -165,13 +165,15 @@ def evaluate(request: EvalRequest, task, data):
     """Load the engine, build the sweep's axes, tokenize once, choose the batch size, run every variant."""
     from wemask_cli.engines.base import EngineRequest, engine_class
     from wemask_cli.eval.sweep import run_sweep, wemask_axis
+    from wemask_cli.outputs.trained import training_summary
 
     kind = engine_class(request.engine)
     with status(kind.loading()):
         engine, configs = kind.load(EngineRequest(request.model, request.dtype, request.mask, request.base_quantization,
                                                   request.trust_remote_code, memory=request.vllm_memory))
     prepared = task.prepare(engine.tokenizer, data, engine.context_length())
-    axes = [wemask_axis(configs)] + quantize_axes(request, prepared)
+    trained = training_summary(engine.source)
+    axes = [wemask_axis(configs, trained and trained["metrics"])] + quantize_axes(request, prepared)
     settings = task.settings
     batch_size = settings.batch_size
     if batch_size == "auto" and task.auto_batch:

@@ -19,13 +19,13 @@ import csv
 import io
 import json
 import math
-import os
 import statistics
 from pathlib import Path
 
+from wemask_cli.commands.report_output import claim_default_output, is_report_folder
 from wemask_cli.commands.report_settings import eval_settings, line_names, read_run_record, training_settings
 from wemask_cli.commands.report_stale import replaced_run_note
-from wemask_cli.outputs import METRICS_FILE, Manifest, atomic_write_json, atomic_write_text, check_output_file, check_writable, record_written
+from wemask_cli.outputs import METRICS_FILE, OutputClaim, atomic_write_json, atomic_write_text, check_output_file
 from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.runtime.progress import say
 
@@ -89,11 +89,11 @@ def eval_rows(document: dict, path: Path) -> list[tuple[dict, dict]]:
         raise WeMaskError(f"{path}: its 'results' hold no numeric metric values")
     me_layer = next((r["me_layer"] for r in results if r.get("me_layer") is not None), None)  # the run's (r=0 has none)
     pairs = []
-    for (rate, mode, quantize, metric), found in groups.items():
+    for (rate, _mode, quantize, metric), found in groups.items():
         values = [r["value"] for r in found]
         ses = [r["se"] for r in found if is_number(r.get("se"))]
         name = f"{task}/{metric}" if task and metric != task and "/" not in metric else metric
-        settings = eval_settings(document, rate, mode, quantize, me_layer)
+        settings = eval_settings(document, rate, quantize, me_layer)
         row = {"mask_rate": rate, "seed": settings["seed"], "metric": name, "value": statistics.fmean(values),
                "std": statistics.stdev(values) if len(values) > 1 else 0.0, "se": statistics.fmean(ses) if ses else None,
                "seeds": len(values), "n": found[0].get("n")}  # fmt: skip
@@ -207,48 +207,31 @@ def write_rows(rows: list[dict], json_out: Path | None, csv_out: Path | None) ->
     return written
 
 
-DEFAULT_PLOT = "report.png"  # written inside the first run directory when no output is asked for
-
-
 def report_inputs(directories: list[Path]) -> list[tuple[str, Path]]:
     """What the report reads: the run directories (each run's files, its metrics.json and run record inside)."""
     return [("a run directory", Path(d)) for d in directories]
 
 
-def check_default_plot(folder: Path, overwrite: bool) -> Path:
-    """The default plot, report.png inside the first run directory: refused when a report.png there is not one an
-    earlier report wrote (the run's manifest shows it unchanged), or is without --overwrite."""
-    path = folder / DEFAULT_PLOT
-    if os.path.lexists(path):
-        manifest = Manifest.read(folder)
-        if manifest is None or manifest.plan(DEFAULT_PLOT).files != [DEFAULT_PLOT]:
-            raise WeMaskError(f"{path} exists and wemask report did not write it: pass --plot PATH for the plot, or --no-plot")
-        check_output_file(path, overwrite=overwrite, flag="the default plot (--plot)")
-    check_writable(path, is_dir=False, flag="the default plot (--plot)")
-    return path
-
-
 def plan_report(
     directories: list[Path], json_out: Path | None, csv_out: Path | None, plot: Path | None, no_plot: bool, overwrite: bool
-) -> tuple[list[Path], Path | None]:
-    """Before reading anything: the run directories (files skipped with a line) and the plot path; every output
-    file checked (new, or --overwrite; writable; never one of the runs' files). Only the files asked for are
-    written; with none asked for, one plot, report.png inside the first run directory."""
+) -> tuple[list[Path], Path | None, OutputClaim | None]:
+    """Before reading anything: the run directories (files and an earlier report's own folder skipped with a line),
+    the plot path, and the claim of the report's own folder when the default plot goes there (report_output.py);
+    every output file checked (new, or --overwrite; writable; never one of the runs' files). Only the files asked
+    for are written; with none asked for, the default plot."""
     skipped = [d for d in directories if Path(d).is_file()]
     for path in skipped:
         say(f"skipping {path}: a file, not a run directory")
-    directories = [Path(d) for d in directories if not Path(d).is_file()]
-    if not directories and skipped:
-        raise WeMaskError("every argument is a file: give run directories holding metrics.json")
+    reports = [d for d in directories if not Path(d).is_file() and is_report_folder(Path(d))]
+    if reports:
+        say(f"skipping {listing([str(d) for d in reports])}: the output of an earlier wemask report")
+    directories = [Path(d) for d in directories if not Path(d).is_file() and d not in reports]
+    if not directories and (skipped or reports):
+        raise WeMaskError("no run directory among the arguments: give run directories holding metrics.json")
     for path, flag in ((json_out, "--json"), (csv_out, "--csv"), (plot, "--plot")):
         if path is not None:
             check_output_file(path, overwrite=overwrite, flag=flag, inputs=report_inputs(directories))
     if plot is None and not (no_plot or json_out or csv_out) and directories and directories[0].is_dir():
-        plot = check_default_plot(directories[0], overwrite)
-    return directories, plot
-
-
-def record_default_plot(path: Path) -> None:
-    """A plot named as the default is listed in its folder's manifest, as wemask's: the next report may replace it."""
-    if path.name == DEFAULT_PLOT:
-        record_written(path.parent, DEFAULT_PLOT)
+        plot, claim = claim_default_output(directories, overwrite)
+        return directories, plot, claim
+    return directories, plot, None

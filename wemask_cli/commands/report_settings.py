@@ -16,8 +16,8 @@ from pathlib import Path
 from wemask_cli.interventions.wemask import WeMask
 from wemask_cli.models.names import model_label
 from wemask_cli.outputs import RUN_RECORD_FILE
+from wemask_cli.outputs.trained import PLAIN, mode_at
 
-PLAIN = "plain"  # no mask
 # The order in which settings name a line; stage and task split tables and panels, the rest name lines.
 KEYS = ("stage", "task", "mode", "training", "peft", "ref_mask", "remedies", "quantize", "model", "train_data", "data",
         "eval_data", "mask_setup", "args")  # fmt: skip
@@ -130,8 +130,8 @@ def training_settings(document: dict, record: dict) -> dict:
     }  # fmt: skip
 
 
-def eval_settings(document: dict, rate, mode: str, quantize: str, me_layer=None) -> dict:
-    """An eval run's settings for the results at one rate, mode, quantization and ME layer (see KEYS). An eval of a
+def eval_settings(document: dict, rate, quantize: str, me_layer=None) -> dict:
+    """An eval run's settings for the results at one rate, quantization and ME layer (see KEYS). An eval of a
     wemask training run takes that run's setting; its mode is blank on a model that nothing trained."""
     prov = document.get("provenance") or {}
     data = prov.get("data") or {}
@@ -151,23 +151,21 @@ def eval_settings(document: dict, rate, mode: str, quantize: str, me_layer=None)
     }  # fmt: skip
     trained = (prov.get("model") or {}).get("trained")
     if isinstance(trained, dict) and isinstance(trained.get("metrics"), dict):
-        found.update(as_trained(trained, rate, mode, found))
+        found.update(as_trained(trained, rate, found))
     return found
 
 
-def as_trained(trained: dict, rate, mode: str, found: dict) -> dict:
+def as_trained(trained: dict, rate, found: dict) -> dict:
     """The settings an eval of a training run takes from it: the training stage, LoRA, remedies, base model, data,
     arguments and seed; its mode is the training's at the rate it trained with, 'free' at any other rate."""
     metrics, record = trained["metrics"], trained.get("record") or {}
     run = training_settings(metrics, record)
     trained_rate = metrics.get("mask_rate") if is_masked(metrics.get("mask_rate")) else 0.0
     setup = found["mask_setup"]
-    if is_masked(rate):
-        mode = run["mode"] if rate == trained_rate else "free"
-        if trained_rate and rate != trained_rate and run["mode"] == "aware":
-            setup = f"{setup} trained r={trained_rate:g}".strip()
+    if is_masked(rate) and trained_rate and rate != trained_rate and run["mode"] == "aware":
+        setup = f"{setup} trained r={trained_rate:g}".strip()
     args = {**{f"train {k}": v for k, v in run["args"].items()}, **found["args"]}
-    return {"mode": mode if is_masked(rate) else PLAIN, "training": run["stage"], "peft": run["peft"], "mask_setup": setup,
+    return {"mode": mode_at(rate, metrics), "training": run["stage"], "peft": run["peft"], "mask_setup": setup,
             "remedies": run["remedies"] or found["remedies"], "model": run["model"], "train_data": run["data"],
             "quantize": found["quantize"] if found["quantize"] != "none" else run["quantize"], "args": args, "seed": run["seed"]}  # fmt: skip
 
@@ -234,7 +232,7 @@ def line_name(settings: dict, peers: list[dict], args: set[str], rates: set) -> 
         values = {peer[key] for peer in peers if key != "mask_setup" or peer["masked"]}
         if len(values) > 1 or (key == "remedies" and settings[key]) or (key == "quantize" and settings[key] != "none"):
             parts.append(describe(key, settings[key]))
-    for arg in sorted(a for a in args if len({peer["args"].get(a) for peer in peers}) > 1):
+    for arg in sorted(a for a in args if len({peer["args"][a] for peer in peers if a in peer["args"]}) > 1):  # set apart
         parts.append(f"{arg}={settings['args'].get(arg, '-')}")
     known = settings["model"] if settings["model"] not in ("", "?") else ("base model" if masked_rates else PLAIN)
     return ", ".join(part for part in parts if part) or known

@@ -3,7 +3,7 @@
 metrics.json (`wemask report` reads it):
     {"schema": "wemask-metrics/1", "stage": "eval", "task": "choice", "model": "<dir or hub id>",
      "data": "<file or dataset>", "fields": {...}, "n_examples": 60, "unit": "examples" | "windows",
-     "mode": "free" | "aware" | "none" | null, "mask_rates": [0.0, 0.3], "mask_rate": null, "axes": ["mask_rate", ...],
+     "mode": "plain" | "aware" | "free" | "" | null, "mask_rates": [0.0, 0.3], "mask_rate": null, "axes": ["mask_rate", ...],
      "primary_metric": "accuracy", "deltas": {"delta": "mask_rate=0", ...} (what each change is measured against),
      "results": [{"mask_rate": 0.3, "mode": "free", "me_layer": 5, (other axes' labels,) "seed": 0, "metric": "accuracy",
                   "value": 0.41, "se": 0.06 (null with one unit), "n": 60, "delta": 0.02, "delta_se": 0.01}, ...],

@@ -8,7 +8,7 @@ axis, applied together (the first axis outermost). To add an axis, build an `Axi
 
 Result rows carry every label of their variant (`mask_rate`, `mode`, `me_layer`, ...), `seed`, `metric`, `value`,
 `se`, `n`; for each axis with a reference, `<delta_key>` and `<delta_key>_se`: the change from the variant that
-differs only in that axis's setting, paired unit by unit (mask rate: `delta`, against r = 0).
+differs only in that axis's setting, paired unit by unit (mask rate: `delta`, against r = 0); none on the reference.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 from wemask_cli.eval.settings import EvalSettings
 from wemask_cli.eval.stats import Metric, paired_delta
+from wemask_cli.outputs.trained import mode_at
 from wemask_cli.runtime.progress import task as progress_task
 
 
@@ -57,24 +58,27 @@ class SweepResult:
     deltas: dict[str, str] = field(default_factory=dict)  # delta key -> what it is measured against ("mask_rate=0")
 
 
-def wemask_axis(configs: list) -> Axis:
-    """The mask-rate axis: one setting per WeMaskConfig (None: no mask), labels mask_rate, mode, me_layer."""
-    return Axis("mask_rate", [wemask_setting(config) for config in configs], reference=0.0, record_key="wemask")
+def wemask_axis(configs: list, trained: dict | None = None) -> Axis:
+    """The mask-rate axis: one setting per WeMaskConfig (None: no mask), labels mask_rate, mode, me_layer; `trained`:
+    the metrics of the wemask training run the model comes from (outputs/trained.py), which names the modes."""
+    return Axis("mask_rate", [wemask_setting(config, trained) for config in configs], reference=0.0, record_key="wemask")
 
 
-def wemask_setting(config) -> Setting:
-    """A WeMaskConfig (None: no mask) as a sweep setting, installed by the engine's `use_mask`."""
+def wemask_setting(config, trained: dict | None = None) -> Setting:
+    """A WeMaskConfig (None: no mask) as a sweep setting, installed by the engine's `use_mask`; its mode is
+    outputs.trained.mode_at's ('plain' at r = 0, blank on a model nothing trained)."""
     from contextlib import contextmanager, nullcontext
 
     if config is None:
-        return Setting({"mask_rate": 0.0, "mode": "none", "me_layer": None}, lambda engine: nullcontext(None))
+        return Setting({"mask_rate": 0.0, "mode": mode_at(0.0, trained), "me_layer": None}, lambda engine: nullcontext(None))
 
     @contextmanager
     def apply(engine):
         with engine.use_mask(config) as resolved:  # removes exactly what it installed
             yield resolved.to_dict()  # the resolved config, with the dims chosen per layer
 
-    return Setting({"mask_rate": config.mask_rate, "mode": config.mode or "free", "me_layer": config.me_layer}, apply)
+    mode = mode_at(config.mask_rate, trained, config.mode)
+    return Setting({"mask_rate": config.mask_rate, "mode": mode, "me_layer": config.me_layer}, apply)
 
 
 def run_sweep(engine, axes: list[Axis], task, prepared, settings: EvalSettings, batch_size: int) -> SweepResult:
@@ -111,12 +115,16 @@ def key_of(variant: dict, labels: list[str], seed: int, metric: str) -> tuple:
 
 
 def add_deltas(results: list[dict], items: dict[tuple, Metric], axes: list[Axis], labels: list[str]) -> None:
-    """For each axis with a reference: the paired change from the variant at the reference (same other labels)."""
+    """For each axis with a reference: the paired change from the variant at the reference (its setting's labels,
+    the same labels of the other axes)."""
     for axis in axes:
-        if axis.reference is None:
+        reference = next((s.labels for s in axis.settings if s.labels.get(axis.name) == axis.reference), None)
+        if axis.reference is None or reference is None:
             continue
         for row in results:
-            base = items.get(key_of({**row, axis.name: axis.reference}, labels, row["seed"], row["metric"]))
+            if row.get(axis.name) == axis.reference:
+                continue  # the reference itself: no change to show
+            base = items.get(key_of({**row, **reference}, labels, row["seed"], row["metric"]))
             delta = paired_delta(items[key_of(row, labels, row["seed"], row["metric"])], base) if base else None
             if delta is not None:
                 row[axis.delta_key], row[f"{axis.delta_key}_se"] = delta

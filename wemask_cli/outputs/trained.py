@@ -35,3 +35,18 @@ def training_summary(folder: str | Path) -> dict | None:
     if not metrics.get("stage") or "results" in metrics or not record:
         return None
     return {"metrics": {k: metrics.get(k) for k in METRIC_KEYS}, "record": {k: record.get(k) for k in RECORD_KEYS}}
+
+
+PLAIN = "plain"  # the mode of a point without a mask (r = 0)
+
+
+def mode_at(rate, trained: dict | None, saved_mode: str | None = None) -> str:
+    """How a model was masked at `rate` (docs/guide/sweeps.md): 'plain' at r = 0; for a wemask training run
+    (`trained`: its metrics summary) its mode at the rate it trained with, 'free' at any other rate; else the saved
+    config's mode, blank where nothing was trained."""
+    if not isinstance(rate, (int, float)) or isinstance(rate, bool) or rate <= 0:
+        return PLAIN
+    if not trained:
+        return saved_mode or ""
+    trained_rate = trained.get("mask_rate")
+    return (trained.get("mode") or "aware") if rate == trained_rate else "free"

@@ -145,3 +145,19 @@ def readable_ylim(ax, values: list[float], errors: list[float]) -> None:
     span = max(high - low, 0.1 * size)
     middle = (low + high) / 2
     ax.set_ylim(middle - 0.6 * span, middle + 0.6 * span)
+
+
+def rate_axis(ax, rates) -> None:
+    """The mask-rate x-axis over the rates drawn, with a margin either side (not 0 to 1 for a sweep that stops at
+    0.3), ticks at each rate when they are few and apart."""
+    rates = sorted(set(rates))
+    if not rates:
+        return
+    low, high = rates[0], rates[-1]
+    span = high - low
+    margin = 0.08 * span if span else 0.1
+    ax.set_xlim(low - margin, high + margin)
+    gaps = [b - a for a, b in zip(rates, rates[1:])]
+    if len(rates) <= 8 and (not gaps or min(gaps) >= span / 12):
+        ax.set_xticks(rates, [f"{rate:g}" for rate in rates])
+    ax.set_xlabel("mask rate r")

@@ -17,8 +17,9 @@ def spread(metric: str, value) -> str:
 
 
 def delta_cell(primary: str, delta, se) -> str:
+    """A paired change and its standard error; blank where there is none (the reference itself, r = 0)."""
     if delta is None:
-        return "-"
+        return ""
     if is_percent(primary):
         return f"{100 * delta:+.1f} ± {'n/a' if se is None else f'{100 * se:.1f}'} pt"
     return f"{delta:+.4g} ± {'n/a' if se is None else f'{se:.2g}'}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from rich import box
@@ -121,6 +122,7 @@ LEGEND_OUTSIDE = {"fontsize": 8, "loc": "upper left", "borderaxespad": 0}  # rig
 def locate_figure(report: dict):
     """First vs other token norm (log) with the ME layer marked, and panels for the ME-layer metrics."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     me = report["me_layer"]
     fig = Figure(figsize=(17, 13), layout="constrained")
@@ -135,10 +137,16 @@ def locate_figure(report: dict):
     handles = axes[2].get_legend_handles_labels()[0] + kl.get_legend_handles_labels()[0]
     kl.legend(handles=handles, bbox_to_anchor=(1.14, 1), **LEGEND_OUTSIDE)  # beyond the ΔKL axis and its label
     axes[6].legend(bbox_to_anchor=(1.02, 1), **LEGEND_OUTSIDE)
+    bottom = [axes[6], axes[7]]
     if routing_panel(axes[7], report):
         axes[7].legend(bbox_to_anchor=(1.02, 1), **LEGEND_OUTSIDE)
-    for ax in axes[6:]:
+    else:  # a dense model: no routing panel; the panel above it gets the layer axis
+        axes[7].set_visible(False)
+        axes[5].xaxis.set_tick_params(labelbottom=True)
+        bottom[1] = axes[5]
+    for ax in bottom:
         ax.set_xlabel("layer (0-based)")
+    axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # shared by every panel
     return fig
 
 
@@ -152,7 +160,9 @@ def metric_panels(axes, report: dict):
     layers = [r["layer"] for r in report["layers"]]
     for ax, (name, keys, log) in zip(axes, PANELS):
         for key, label in keys:
-            ax.plot(layers, metric_series(report, key), marker="o", markersize=3, label=label)
+            series = metric_series(report, key)
+            if not all(math.isnan(value) for value in series):  # a dense model has no routed or shared experts
+                ax.plot(layers, series, marker="o", markersize=3, label=label)
         if log:
             ax.set_yscale("log")
         ax.set_title(name, fontsize=11)
@@ -181,13 +191,12 @@ def mark_layers(axes, report: dict) -> None:
 
 def routing_panel(ax, report: dict) -> bool:
     """The first token's routing per MoE layer: the share of prompts sending it to the most common expert set,
-    and to the most common single expert (named above its point)."""
-    ax.set_title("First-token routing concentration across prompts (MoE layers)", fontsize=11)
-    ax.grid(alpha=0.3)
+    and to the most common single expert (named above its point); False (nothing drawn) on a dense model."""
     entries = report.get("routing") or []
     if not entries:
-        ax.text(0.5, 0.5, "dense FFN: no router", ha="center", va="center", transform=ax.transAxes)
         return False
+    ax.set_title("First-token routing concentration across prompts (MoE layers)", fontsize=11)
+    ax.grid(alpha=0.3)
     layers = [e["layer"] for e in entries]
     ax.plot(layers, [e["modal_set_share"] for e in entries], marker="o", markersize=3, label="most common expert set")
     top = [e["experts"][0] if e["experts"] else {"expert": None, "share": float("nan")} for e in entries]

@@ -9,14 +9,14 @@ from pathlib import Path
 
 from rich.table import Table
 
-from wemask_cli.render.common import fitting, format_metric, is_percent, log_y_axis, pyplot, readable_ylim, save_figure, use_log_axis
+from wemask_cli.render.common import fitting, format_metric, is_percent, log_y_axis, pyplot, rate_axis, readable_ylim, save_figure, use_log_axis
 
-LABELS = ("setting", "r", "runs")
+LABELS = ("setting", "r", "mode", "runs")
 MAX_POINTS = 30  # rows (setting and rate) a table shows; the rest are counted, and all are in --csv/--json
 LEGEND_CHARS = 48  # a legend entry wraps at this width, so the legend fits inside the figure
 
 
-def report_tables(rows: list[dict], width: int) -> list[Table]:
+def report_tables(rows: list[dict], width: int) -> list:
     """One table per stage (and eval task), each fitting `width` columns (see `report_table`)."""
     from wemask_cli.commands.report import points
 
@@ -27,48 +27,61 @@ def report_tables(rows: list[dict], width: int) -> list[Table]:
     return tables
 
 
-def report_table(merged: list[dict], what: str, width: int) -> Table:
+def report_table(merged: list[dict], what: str, width: int):
     """A row per setting and mask rate with a column per metric, or, when that is wider than `width`, a row per
-    metric; values are means over the runs at that point (± std across runs or seeds when there are several)."""
+    metric; values are means over the runs at that point (± std across runs or seeds when there are several).
+    Setting names stay whole; where they do not fit, the table names them by key (#1, #2, ...), in full below it."""
+    from rich.console import Group
+    from rich.text import Text
+
     runs = {run for row in merged for run in row["runs"]}
-    lines = {row["line"] for row in merged}
+    lines = list(dict.fromkeys(row["line"] for row in sorted(merged, key=line_order)))
     title = f"wemask report: {what}, {len(runs)} run(s), {len(lines)} setting(s); ± is the std across seeds"
     metrics = list(dict.fromkeys(row["metric"] for row in merged))
-    return fitting([lambda: _table(merged, title, metrics, True), lambda: _table(merged, title, metrics, False)], width)
+    keys = {line: f"#{i}" for i, line in enumerate(lines, 1)}
+    whole = {line: line for line in lines}
+    table = fitting([lambda names=names, wide=wide: _table(merged, title, metrics, names, wide)
+                     for names in (whole, keys) for wide in (True, False)], width)  # fmt: skip
+    if table.columns[0].no_wrap:  # names whole
+        return table
+    return Group(table, *(Text(f"{keys[line]}  {line}") for line in lines))
 
 
-def _table(merged: list[dict], title: str, metrics: list[str], wide: bool) -> Table:
+def line_order(row: dict) -> tuple:
+    """Plain settings first, then by name and mask rate."""
+    return not row["line"].startswith("plain"), row["line"], -1 if row["mask_rate"] is None else row["mask_rate"]
+
+
+def _table(merged: list[dict], title: str, metrics: list[str], names: dict[str, str], wide: bool) -> Table:
     table = Table(title=title)
+    keyed = any(key != line for line, key in names.items())
     for name in LABELS + (tuple(metrics) if wide else ("metric", "value")):
-        numeric = name not in ("setting", "runs", "metric")
-        whole = name == "metric"  # a metric name stays on one line; the setting and run names wrap at word breaks
-        table.add_column(name, justify="right" if numeric else "left", overflow="fold", no_wrap=(numeric and name != "r") or whole,
-                         min_width=max(map(len, metrics)) if whole else None)
+        numeric = name not in ("setting", "mode", "runs", "metric")
+        whole = name in ("metric", "mode") or (name == "setting" and not keyed)  # run names wrap at word breaks
+        table.add_column(name, justify="right" if numeric else "left", overflow="fold", no_wrap=numeric or whole,
+                         min_width=max(map(len, metrics)) if name == "metric" else None)
     groups: dict[tuple, dict] = {}
-    for row in merged:
+    for row in sorted(merged, key=line_order):
         groups.setdefault((row["line"], row["mask_rate"]), {})[row["metric"]] = row
-    order = sorted(groups, key=lambda k: (not k[0].startswith("plain"), k[0], -1 if k[1] is None else k[1]))
+    order = list(groups)
     short = short_names([run for key in order for row in groups[key].values() for run in row["runs"]])
     for key in order[:MAX_POINTS]:
         first = next(iter(groups[key].values()))
-        labels = (key[0], rate_label(first), runs_label([short[run] for run in first["runs"]]))
+        labels = (names[key[0]], rate_label(first), first["mode"], runs_label([short[run] for run in first["runs"]]))
         if wide:
             table.add_row(*labels, *(cell(groups[key].get(metric)) for metric in metrics))
             continue
         for metric, row in groups[key].items():
             table.add_row(*labels, metric, cell(row))
-            labels = ("", "", "")
+            labels = ("", "", "", "")
     if len(order) > MAX_POINTS:
         table.caption = f"… and {len(order) - MAX_POINTS} more setting-and-rate rows: every row is in --csv / --json"
     return table
 
 
 def rate_label(point: dict) -> str:
-    """The mask rate of a point; r = 0 of a masked line is its plain baseline."""
-    if point["mask_rate"] is None:
-        return "-"
-    plain = point["mask_rate"] == 0 and point["mode"] == "plain" and not point["line"].startswith("plain")
-    return f"{point['mask_rate']:g}" + (" (plain)" if plain else "")
+    """The mask rate of a point ('-' when the run recorded none)."""
+    return "-" if point["mask_rate"] is None else f"{point['mask_rate']:g}"
 
 
 def runs_label(names: list[str]) -> str:
@@ -104,18 +117,24 @@ def report_png(rows: list[dict], path: str | Path) -> Path:
 
 def report_figure(rows: list[dict]):
     """A panel per stage and metric: value against mask rate, a line per setting (mean over seeds, error bars the std
-    across them; see draw_panel), and below them one legend, its entries wrapped to fit inside the figure."""
+    across them; see draw_panel), and below them one legend, its entries wrapped to fit inside the figure. A panel
+    of a single point (one setting at one rate) is left to the table, named in the title, unless all are."""
     from wemask_cli.commands.report import points
 
     plt = pyplot()
     merged = [row for row in points(rows) if row["mask_rate"] is not None]
-    panels = list(dict.fromkeys((row["stage"], row["task"], row["metric"]) for row in merged)) or [("", "", "")]
-    colors = {line: f"C{i % 10}" for i, line in enumerate(dict.fromkeys(row["line"] for row in merged))}
-    cols, grid = min(3, len(panels)), math.ceil(len(panels) / min(3, len(panels)))
+    found: dict[tuple, list[dict]] = {}
+    for row in merged:
+        found.setdefault((row["stage"], row["task"], row["metric"]), []).append(row)
+    panels = {panel: mine for panel, mine in found.items() if len(mine) > 1} or found or {("", "", ""): []}
+    single = [panel for panel in found if panel not in panels]
+    colors = {line: f"C{i % 10}" for i, line in enumerate(dict.fromkeys(row["line"] for mine in panels.values() for row in mine))}
+    cols = min(3, len(panels))
+    grid = math.ceil(len(panels) / cols)
     legend_in = 0.32 * math.ceil(len(colors) / cols) + 0.4  # two text lines per entry at most
     fig, axes = plt.subplots(grid, cols, figsize=(5.2 * cols, 3.9 * grid + legend_in), squeeze=False, layout="constrained")
-    for ax, panel in zip(axes.flat, panels):
-        draw_panel(ax, [row for row in merged if (row["stage"], row["task"], row["metric"]) == panel], panel, colors)
+    for ax, (panel, mine) in zip(axes.flat, panels.items()):
+        draw_panel(ax, mine, panel, colors)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     handles = {}
@@ -125,8 +144,17 @@ def report_figure(rows: list[dict]):
     if handles:
         labels = [textwrap.fill(label, LEGEND_CHARS) for label in handles]
         fig.legend(handles.values(), labels, loc="outside lower center", ncol=min(cols, len(handles)), fontsize=8)
-    fig.suptitle("wemask report: mean over seeds; error bars: std across seeds", fontsize=11)
+    fig.suptitle("wemask report: mean over seeds; error bars: std across seeds" + single_note(single), fontsize=11)
     return fig
+
+
+def single_note(panels: list[tuple]) -> str:
+    """The title's line for the metrics of a single point, left to the table: how many, per stage."""
+    if not panels:
+        return ""
+    stages = dict.fromkeys(f"{stage} {task}".strip() for stage, task, _ in panels)
+    counts = ", ".join(f"{stage} {sum(f'{s} {t}'.strip() == stage for s, t, _ in panels)}" for stage in stages)
+    return f"\n{len(panels)} metric(s) of a single point each ({counts}): in the table, not drawn"
 
 
 def draw_panel(ax, rows: list[dict], panel: tuple, colors: dict) -> None:
@@ -136,6 +164,8 @@ def draw_panel(ax, rows: list[dict], panel: tuple, colors: dict) -> None:
     scale = 100.0 if metric and is_percent(metric) else 1.0
     values, errors = [], []
     lines = list(dict.fromkeys(row["line"] for row in rows))
+    rates = [row["mask_rate"] for row in rows]
+    span = (max(rates) - min(rates)) or 1.0
     for index, line in enumerate(lines):
         mine = sorted((row for row in rows if row["line"] == line), key=lambda row: row["mask_rate"])
         x, y = [row["mask_rate"] for row in mine], [scale * row["value"] for row in mine]
@@ -148,7 +178,7 @@ def draw_panel(ax, rows: list[dict], panel: tuple, colors: dict) -> None:
             if err[0]:
                 ax.axhspan(y[0] - err[0], y[0] + err[0], color=colors[line], alpha=0.12)
             continue
-        dodge = (index - (len(lines) - 1) / 2) * 0.01  # error bars at one rate stay apart
+        dodge = (index - (len(lines) - 1) / 2) * 0.01 * span  # error bars at one rate stay apart
         ax.errorbar([v + dodge for v in x], y, yerr=err if any(err) else None, marker="o", markersize=6 if len(x) == 1 else 4, capsize=4,
                     color=colors[line], label=label)  # fmt: skip
     if use_log_axis(metric, values):
@@ -156,6 +186,5 @@ def draw_panel(ax, rows: list[dict], panel: tuple, colors: dict) -> None:
     elif values:
         readable_ylim(ax, values, errors)
     ax.set_title(f"{stage}{f' {task}' if task else ''}: {metric}{' (%)' if scale == 100 else ''}", fontsize=10)
-    ax.set_xlabel("mask rate r")
-    ax.set_xlim(-0.05, 1.05)  # the whole range of r, also for a single run
+    rate_axis(ax, rates)
     ax.grid(alpha=0.3)
