@@ -17,7 +17,7 @@ import typer
 
 from wemask_cli.cli import env, infer, locate, merge, report, train
 from wemask_cli.cli import eval as eval_command
-from wemask_cli.cli.commands import CommandGroup, Interrupted
+from wemask_cli.cli.commands import CommandGroup, Interrupted, stopped
 from wemask_cli.runtime import ranks
 from wemask_cli.runtime.errors import WeMaskError
 
@@ -111,13 +111,13 @@ def usage_error(err: Exception) -> None:
 
 def _terminated(signum, frame) -> None:
     """SIGTERM (a scheduler, `kill`): unwind as on an error, so the lock is released and a folder the command created
-    and left empty is removed; exit 143."""
-    print("wemask: terminated (SIGTERM)", file=sys.stderr)
-    raise SystemExit(128 + signum)
+    and left empty is removed; the stop line and exit 143 (`stopped`)."""
+    stopped(signum)
 
 
 def main() -> None:
-    """Entry point: user errors become one line on stderr and exit code 2; Ctrl-C one line and exit 130."""
+    """Entry point: user errors become one line on stderr and exit code 2; Ctrl-C and SIGTERM one line each and exit
+    130 and 143 (`stopped`)."""
     from wemask_cli.compat.notices import library_notices_quiet
     from wemask_cli.render.common import RichReporter
     from wemask_cli.runtime import progress
@@ -133,11 +133,8 @@ def main() -> None:
         if line:
             print(line, file=sys.stderr)
         sys.exit(2)
-    except (Interrupted, KeyboardInterrupt):
-        print("wemask: interrupted", file=sys.stderr)
-        sys.exit(130)
-    except typer.Abort:
-        sys.exit(130)
+    except (Interrupted, KeyboardInterrupt, typer.Abort):  # Abort: Ctrl-C at one of click's prompts
+        stopped(signal.SIGINT)
     except Exception as err:
         if ranks.peer_lost(err):  # another process stopped first and printed why: no traceback
             if ranks.rank() == 0:
@@ -149,4 +146,4 @@ def main() -> None:
         if ranks.rank() == 0:  # the same argv on every process: said once
             usage_error(err)
         sys.exit(2)
-    sys.exit(code if isinstance(code, int) else 0)  # an int is typer.Exit's code (--help: 0, Ctrl-C in training: 130)
+    sys.exit(code if isinstance(code, int) else 0)  # an int is typer.Exit's code (--help: 0)

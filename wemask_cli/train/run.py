@@ -10,6 +10,7 @@ callbacks (callbacks.py) -> save the model, the records and metrics.json (record
 from __future__ import annotations
 
 import errno
+import signal
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,12 +32,16 @@ from wemask_cli.train.stage_base import Stage, TrainContext
 @dataclass
 class RunResult:
     output_dir: Path
-    interrupted: bool
-    checkpoint: str | None  # the checkpoint saved on interruption
+    stopped_by: int | None  # the signal (SIGINT, SIGTERM) that stopped the run early
+    checkpoint: str | None  # the checkpoint saved when it stopped
     metrics: dict | None
     wemask: WeMaskConfig | None
     trainer: Any = None
     stage: Stage | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped_by is not None
 
 
 def load_inputs(stage: Stage, opts: dict, args):
@@ -183,7 +188,7 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
     seconds = _run_trainer(trainer, interrupt, output, resume_from)
     checkpoint = stopped_early(divergence, interrupt, output)
     if checkpoint is not None:
-        return RunResult(output, True, checkpoint, None, config, trainer, stage)
+        return RunResult(output, interrupt.signum or signal.SIGINT, checkpoint, None, config, trainer, stage)
     config, metrics = _save_final(trainer, saves, ctx, stage, record, output, seconds, resume_from, config)
     barrier(args)
     return RunResult(output, False, None, metrics, config, trainer, stage)
@@ -273,7 +278,8 @@ def run_callbacks(callbacks: list, args, interrupt, record, divergence) -> list:
 
 
 def stopped_early(divergence, interrupt, output: Path) -> str | None:
-    """A diverged run is one error line; an interrupted one returns the checkpoint it saved; else None."""
+    """A diverged run is one error line; an interrupted one returns the checkpoint it saved (the CLI's stop line names
+    it); else None."""
     if divergence.diverged is not None:
         step, why = divergence.diverged
         good = next((p.name for p in checkpoints(output) if checkpoint_problem(p) is None), None)
@@ -281,9 +287,7 @@ def stopped_early(divergence, interrupt, output: Path) -> str | None:
         raise WeMaskError(f"training diverged at step {step}: {why}; stopped without saving the model ({kept}); try a lower --learning-rate")
     if interrupt.stopped_at is None:
         return None
-    checkpoint = str(output / f"{PREFIX}-{interrupt.stopped_at}")
-    say(f"interrupted: checkpoint saved to {checkpoint}; continue with the same command and --resume")
-    return checkpoint
+    return str(output / f"{PREFIX}-{interrupt.stopped_at}")
 
 
 def _resumed_step(resume_from: str | None) -> int:
