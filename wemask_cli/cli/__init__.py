@@ -115,6 +115,21 @@ def _terminated(signum, frame) -> None:
     stopped(signum)
 
 
+def unexpected(err: Exception) -> None:
+    """An error wemask did not expect: one line and exit 2 when it was raised inside a library at an untested version
+    (runtime/tested.py), else the traceback is printed followed by the line asking for a bug report (its note)."""
+    from wemask_cli.runtime.tested import bug_report_note, failure_in_untested
+
+    message = failure_in_untested(err)
+    if message is None:
+        err.add_note(bug_report_note(BUG_REPORT))
+        return
+    line = ranks.error_line(message)
+    if line:
+        print(line, file=sys.stderr)
+    sys.exit(2)
+
+
 def main() -> None:
     """Entry point: user errors become one line on stderr and exit code 2; Ctrl-C and SIGTERM one line each and exit
     130 and 143 (`stopped`)."""
@@ -141,7 +156,7 @@ def main() -> None:
                 print("wemask: error: stopped: another process of the run failed (its error is above)", file=sys.stderr)
             sys.exit(2)
         if not hasattr(err, "format_message"):  # not a click usage error (Typer 0.29 vendors click as typer._click)
-            err.add_note(BUG_REPORT)  # printed after the traceback
+            unexpected(err)
             raise
         if ranks.rank() == 0:  # the same argv on every process: said once
             usage_error(err)

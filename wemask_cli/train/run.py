@@ -191,7 +191,7 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
         return RunResult(output, interrupt.signum or signal.SIGINT, checkpoint, None, config, trainer, stage)
     config, metrics = _save_final(trainer, saves, ctx, stage, record, output, seconds, resume_from, config)
     barrier(args)
-    return RunResult(output, False, None, metrics, config, trainer, stage)
+    return RunResult(output, None, None, metrics, config, trainer, stage)
 
 
 def _run_context(stage: Stage, resolved, resume_from: str | None, callbacks: list):
