@@ -1,4 +1,4 @@
-"""Libraries at versions `make test` did not run: the training commands say so in one warning line before they start,
+"""Libraries at versions `make test` did not run: the training commands say so in one warning line as training starts,
 and a failure raised inside a library's code then names those versions in its one line, not "a bug in wemask".
 The versions are faked where every command reads them (runtime/versions.py's `library_versions`)."""
 
@@ -48,7 +48,7 @@ def test_training_warns_once_before_it_starts_and_env_says_the_same(monkeypatch,
     warnings = [i for i, line in enumerate(lines) if "untested versions" in line]
     assert code == 0 and len(warnings) == 1, err
     assert lines[warnings[0]] == f"wemask: warning: untested versions: {NAMED}: wemask may fail inside them; `{INSTALL}` installs the tested ones"
-    assert warnings[0] < next(i for i, line in enumerate(lines) if line.startswith("wemask: sft: "))  # before the run starts
+    assert warnings[0] < next(i for i, line in enumerate(lines) if line.startswith("wemask: training steps"))  # before it trains
     code, out, _ = run_main(monkeypatch, capsys, "env")
     assert code == 0 and f"with untested versions: {NAMED}" in out
 

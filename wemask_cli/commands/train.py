@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wemask_cli.runtime.tested import warn_untested_versions
 from wemask_cli.train.options import TrainOptions
 from wemask_cli.train.stage_registry import StageSpec, builtin_specs, plugin_stage_names, stage_specs
 from wemask_cli.train.trl_vocabulary import alias_flags, trl_spellings
@@ -34,15 +33,13 @@ class Training:
 def run_training(spec: StageSpec, options: dict, stage_options: dict, intervention_options: dict, extra_args: list[str],
                  own_flags: list[str], help_trl: bool = False) -> Training:
     """Check the mask flags and TRL's pass-through flags (before torch is imported), then list TRL's options
-    (`help_trl`) or train the stage `spec` declares with the shared run; one warning line first when a library is at
-    an untested version."""
+    (`help_trl`) or train the stage `spec` declares with the shared run."""
     from wemask_cli.mask_request.flags import MaskRequest
 
     MaskRequest.parse(*(options[name] for name in MASK_FLAGS))  # a typo answers before torch is imported
     from wemask_cli.train.trl_flags import check_extra_args
 
     check_extra_args(extra_args, spec.name, spec.trl_config, own_flags)
-    warn_untested_versions()  # before TRL is imported: an untested release may fail in its import
     from wemask_cli.train.resolve import trl_help
     from wemask_cli.train.run import run
 

@@ -21,6 +21,7 @@ from wemask_cli.method.config import WeMaskConfig
 from wemask_cli.outputs import check_inputs_outside, describe_os_error
 from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.runtime.progress import say
+from wemask_cli.runtime.tested import warn_untested_versions
 from wemask_cli.train import fsdp
 from wemask_cli.train.checkpoints import PREFIX, TRAINER_STATE, barrier, checkpoint_problem, checkpoints, claim_run_folder
 from wemask_cli.train.distributed import check_quantized_sharding, run_facts
@@ -184,6 +185,7 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
     record.installation, record.distributed = stage.installation, run_facts(trainer, resolved)
     claim.clear()  # --overwrite: the previous output goes only now that data, model and trainer are all set up
     barrier(args)
+    warn_untested_versions()  # once the inputs are checked, as training starts (a crash inside a library names them too)
     announce(config, ctx.remedies, bool(ctx.remedy_weights), resume_from)
     seconds = _run_trainer(trainer, interrupt, output, resume_from)
     checkpoint = stopped_early(divergence, interrupt, output)
