@@ -50,6 +50,7 @@ def load_inputs(stage: Stage, opts: dict, args):
     from wemask_cli.data import load_training_data
     from wemask_cli.models.loading import load_model
     from wemask_cli.models.sources import resolve_source
+    from wemask_cli.train.long_rows import cut_long_rows
 
     with args.main_process_first(desc="loading data"):
         if opts.get("datasets"):  # TRL's mixture (recipe key); test_split_size holds out its eval set
@@ -84,6 +85,8 @@ def load_inputs(stage: Stage, opts: dict, args):
     }
     loaded = load_model(model_spec, dtype=opts["dtype"], quantization=quantization, interventions=False,  # installed by the stage
                         pretrained=pretrained)
+    train_dataset = cut_long_rows(stage.name, train_dataset, loaded.tokenizer, args)
+    eval_dataset = cut_long_rows(stage.name, eval_dataset, loaded.tokenizer, args, "--eval-dataset")
     return train_dataset, eval_dataset, fmt, loaded
 
 
