@@ -72,12 +72,16 @@ def test_a_failure_inside_a_library_at_untested_versions_is_one_line_naming_them
     assert not (tmp_path / "run").exists()
 
 
-def test_the_same_failure_at_the_tested_versions_is_a_bug_report(monkeypatch, capsys, tmp_path, model):
-    installed_as(monkeypatch, recorded())
+@pytest.mark.parametrize("installed", ["recorded", "only accelerate older"])
+def test_the_same_failure_is_a_bug_report_unless_an_untested_library_ran(monkeypatch, capsys, tmp_path, model, installed):
+    """Only a library whose code the traceback runs through counts: TRL at its tested version failing is a bug report
+    (naming the untested accelerate first), not blamed on accelerate."""
+    installed_as(monkeypatch, recorded() if installed == "recorded" else {**recorded(), "accelerate": "1.14.0"})
     monkeypatch.delattr(accelerate, "__version__")
     with pytest.raises(AttributeError, match="__version__") as info:
         sft(monkeypatch, capsys, tmp_path / "run")
-    assert info.value.__notes__ == [BUG_REPORT]
+    assert info.value.__notes__[0].endswith(BUG_REPORT)
+    assert ("accelerate 1.14.0 (tested 1.15)" in info.value.__notes__[0]) is (installed != "recorded")
 
 
 def test_a_bug_in_wemask_names_untested_versions_in_its_report(monkeypatch, capsys):

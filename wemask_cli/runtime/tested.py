@@ -34,14 +34,13 @@ def warn_untested_versions() -> None:
 LIBRARY_PACKAGES = {library.replace("-", "_"): library for library in versions.TESTED_LIBRARIES}  # import name: library
 
 
-def _raised_in(err: BaseException) -> str | None:
-    """The library (of TESTED_LIBRARIES) whose code raised `err`, from its traceback's innermost frame; None for
-    any other code (wemask's, the user's)."""
-    tb = err.__traceback__
-    while tb is not None and tb.tb_next is not None:
+def _packages_in(err: BaseException) -> list[str]:
+    """The top-level package of each frame of `err`'s traceback, outermost first."""
+    packages, tb = [], err.__traceback__
+    while tb is not None:
+        packages.append(str(tb.tb_frame.f_globals.get("__name__", "")).split(".")[0])
         tb = tb.tb_next
-    package = str(tb.tb_frame.f_globals.get("__name__", "")).split(".")[0] if tb is not None else ""
-    return LIBRARY_PACKAGES.get(package)
+    return packages
 
 
 def _found_while_failing() -> dict[str, tuple[str, str, str]]:
@@ -53,16 +52,18 @@ def _found_while_failing() -> dict[str, tuple[str, str, str]]:
 
 
 def failure_in_untested(err: BaseException) -> str | None:
-    """The error line (after 'wemask: error: ') for an unexpected error raised inside a library's code while a
-    library is at an untested version (an old accelerate fails inside TRL): the error, the versions, the fix. None
-    otherwise (a bug report, then)."""
-    library = _raised_in(err)
-    found = _found_while_failing() if library else {}
-    if not found:
+    """The error line (after 'wemask: error: ') for an unexpected error raised inside a library's code (not wemask's
+    or the user's) whose traceback runs through a library at an untested version (an old TRL beside an old
+    accelerate): the error, the untested versions, the fix. None otherwise (a bug report, then)."""
+    packages = _packages_in(err)
+    if not packages or packages[-1] not in LIBRARY_PACKAGES:
+        return None
+    found = _found_while_failing()
+    if not any(library.replace("-", "_") in packages for library in found):
         return None
     message = " ".join(str(err).split())[:300] or "(no message)"
-    return (f"{type(err).__name__} inside {library}, with untested versions installed ({describe(found)}): {message}; "
-            f"install the tested versions: {install_hint(found)}")
+    return (f"{type(err).__name__} inside {LIBRARY_PACKAGES[packages[-1]]}, with untested versions installed ({describe(found)}): "
+            f"{message}; install the tested versions: {install_hint(found)}")
 
 
 def bug_report_note(report: str) -> str:
