@@ -166,6 +166,17 @@ def run_main(monkeypatch, capsys, *args) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+@pytest.fixture
+def python_sigint_handler():
+    """Python's own SIGINT handler for the test, whatever the process inherited (`nohup make test &` starts it with
+    SIGINT ignored); the inherited one is restored after."""
+    import signal
+
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, inherited)
+
+
 @pytest.fixture(scope="session")
 def trl_flags_known():
     """TRL's flag spellings in the cache folder, as any earlier training command of these releases leaves them."""

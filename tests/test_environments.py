@@ -51,7 +51,10 @@ def test_which_environment_names_the_untested_versions():
     current = dict(environments["current"]["versions"])
     assert which_environment(current, environments) == ("current", {})
     newer = {**current, "transformers": "99.0.0"}
-    assert which_environment(newer, environments) == ("current", {"transformers": ("99.0.0", current["transformers"])})
+    oldest, newest = sorted((env["versions"]["transformers"] for env in environments.values()), key=Version)
+    tested = ".".join(oldest.split(".")[:2]) + ("" if oldest == newest else " to " + ".".join(newest.split(".")[:2]))
+    requirement = f"transformers>={'.'.join(oldest.split('.')[:2])},<{Version(newest).major}.{Version(newest).minor + 1}"
+    assert which_environment(newer, environments) == ("current", {"transformers": ("99.0.0", tested, requirement)})
     assert which_environment(dict(environments["vllm"]["versions"]), environments) == ("vllm", {})
 
 
@@ -63,7 +66,7 @@ def test_this_environment_is_a_recorded_one(monkeypatch, capsys):
     name, differ = which_environment(installed, recorded_environments())
     assert code == 0 and f"environment   {name}" in out
     assert name == ("vllm" if installed["vllm"] else "current")
-    older = {lib: pair for lib, pair in differ.items() if pair[0] is None or pair[1] is None or Version(pair[0]) < Version(pair[1])}
+    older = {lib: facts for lib, facts in differ.items() if Version(facts[0]) < Version(facts[1].split(" to ")[0])}
     assert not older, f"{name} environment has older or missing libraries than recorded: {older}"
     if differ:
         assert "untested versions" in out

@@ -174,15 +174,6 @@ class InterruptAt(TrainerCallback):
             os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C does
 
 
-@pytest.fixture
-def python_sigint_handler():
-    """Python's own SIGINT handler for the test, whatever the process inherited (`nohup make test &` starts it with
-    SIGINT ignored); the inherited one is restored after."""
-    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, inherited)
-
-
 def test_sigint_saves_a_checkpoint_and_resume_reproduces_the_loss_curve(tmp_path, tiny_model_dir, python_sigint_handler):
     options = dict(mask_rate="0.3", me_layer="1")
     whole = sft(tmp_path / "whole", tiny_model_dir, trl={"max_steps": 6}, **options)

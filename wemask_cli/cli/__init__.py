@@ -17,7 +17,7 @@ import typer
 
 from wemask_cli.cli import env, infer, locate, merge, report, train
 from wemask_cli.cli import eval as eval_command
-from wemask_cli.cli.commands import CommandGroup, Interrupted
+from wemask_cli.cli.commands import CommandGroup, Interrupted, stopped
 from wemask_cli.runtime import ranks
 from wemask_cli.runtime.errors import WeMaskError
 
@@ -111,13 +111,28 @@ def usage_error(err: Exception) -> None:
 
 def _terminated(signum, frame) -> None:
     """SIGTERM (a scheduler, `kill`): unwind as on an error, so the lock is released and a folder the command created
-    and left empty is removed; exit 143."""
-    print("wemask: terminated (SIGTERM)", file=sys.stderr)
-    raise SystemExit(128 + signum)
+    and left empty is removed; the stop line and exit 143 (`stopped`)."""
+    stopped(signum)
+
+
+def unexpected(err: Exception) -> None:
+    """An error wemask did not expect: one line and exit 2 when it was raised inside a library at an untested version
+    (runtime/tested.py), else the traceback is printed followed by the line asking for a bug report (its note)."""
+    from wemask_cli.runtime.tested import bug_report_note, failure_in_untested
+
+    message = failure_in_untested(err)
+    if message is None:
+        err.add_note(bug_report_note(BUG_REPORT))
+        return
+    line = ranks.error_line(message)
+    if line:
+        print(line, file=sys.stderr)
+    sys.exit(2)
 
 
 def main() -> None:
-    """Entry point: user errors become one line on stderr and exit code 2; Ctrl-C one line and exit 130."""
+    """Entry point: user errors become one line on stderr and exit code 2; Ctrl-C and SIGTERM one line each and exit
+    130 and 143 (`stopped`)."""
     from wemask_cli.compat.notices import library_notices_quiet
     from wemask_cli.render.common import RichReporter
     from wemask_cli.runtime import progress
@@ -133,20 +148,17 @@ def main() -> None:
         if line:
             print(line, file=sys.stderr)
         sys.exit(2)
-    except (Interrupted, KeyboardInterrupt):
-        print("wemask: interrupted", file=sys.stderr)
-        sys.exit(130)
-    except typer.Abort:
-        sys.exit(130)
+    except (Interrupted, KeyboardInterrupt, typer.Abort):  # Abort: Ctrl-C at one of click's prompts
+        stopped(signal.SIGINT)
     except Exception as err:
         if ranks.peer_lost(err):  # another process stopped first and printed why: no traceback
             if ranks.rank() == 0:
                 print("wemask: error: stopped: another process of the run failed (its error is above)", file=sys.stderr)
             sys.exit(2)
         if not hasattr(err, "format_message"):  # not a click usage error (Typer 0.29 vendors click as typer._click)
-            err.add_note(BUG_REPORT)  # printed after the traceback
+            unexpected(err)
             raise
         if ranks.rank() == 0:  # the same argv on every process: said once
             usage_error(err)
         sys.exit(2)
-    sys.exit(code if isinstance(code, int) else 0)  # an int is typer.Exit's code (--help: 0, Ctrl-C in training: 130)
+    sys.exit(code if isinstance(code, int) else 0)  # an int is typer.Exit's code (--help: 0)

@@ -10,12 +10,27 @@ listing in `wemask --help` shows a placeholder with that help. Plugins load insi
 from __future__ import annotations
 
 import functools
+import signal
+import sys
+from typing import NoReturn
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 from typer.main import get_group
 
 RICH_MARKUP = "rich"
+STOP_WORDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)"}
+
+
+def stopped(signum: int, detail: str = "") -> NoReturn:
+    """The one rule for a command stopped by a signal, training or not: Ctrl-C (SIGINT) is 'wemask: interrupted',
+    exit 130; SIGTERM (`kill`, a scheduler) 'wemask: terminated (SIGTERM)', exit 143; `detail` follows on the line
+    (a training run names the checkpoint it saved). Said once, by the main process."""
+    from wemask_cli.runtime.ranks import is_main_process
+
+    if is_main_process():
+        print(f"wemask: {STOP_WORDS[signum]}" + (f": {detail}" if detail else ""), file=sys.stderr)
+    sys.exit(128 + signum)
 
 
 class Interrupted(Exception):

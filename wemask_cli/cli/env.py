@@ -13,6 +13,7 @@ def env() -> None:
     import sys
 
     from wemask_cli.resources import tested_environments
+    from wemask_cli.runtime.tested import describe
     from wemask_cli.runtime.versions import ENV_LIBRARIES, TESTED_LIBRARIES, library_versions, which_environment
 
     print(f"python        {platform.python_version()} ({sys.executable})")
@@ -20,8 +21,7 @@ def env() -> None:
         print(f"{name:<13} {version or 'not installed'}")
     name, differ = which_environment(library_versions(TESTED_LIBRARIES), tested_environments())
     if differ:
-        untested = ", ".join(f"{lib} {have or 'not installed'} (tested {want or 'absent'})" for lib, (have, want) in differ.items())
-        print(f"environment   {name}, with untested versions: {untested}")
+        print(f"environment   {name}, with untested versions: {describe(differ)}")
     else:
         print(f"environment   {name} (every version as `make test` ran it)")
     import torch

@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperCommand
 
+from wemask_cli.cli.commands import stopped
 from wemask_cli.cli.options import LayersOpt, MeLayerOpt, SelectOpt, StrengthOpt, TokensOpt
 from wemask_cli.commands.train import TrainOptions, alias_flags, trl_spellings
 
@@ -100,8 +101,8 @@ def training_command(app: typer.Typer, spec) -> None:
         done = run_training(spec, options, stage_options, remedy_options, ctx.args, own, help_trl)
         if done.trl_help is not None:
             print(done.trl_help)
-        if done.interrupted:
-            raise typer.Exit(130)
+        if done.stopped_by is not None:
+            stopped(done.stopped_by, f"checkpoint saved to {done.checkpoint}; continue with the same command and --resume")
 
     keyword = inspect.Parameter.KEYWORD_ONLY
     remedy_flags = intervention_flags()

@@ -22,10 +22,12 @@ MASK_FLAGS = ("mask_rate", "me_layer", "select", "layers", "strength", "tokens")
 
 @dataclass(frozen=True)
 class Training:
-    """What a training command did: printed TRL's options (`trl_help`), or trained (`interrupted` by Ctrl-C)."""
+    """What a training command did: printed TRL's options (`trl_help`), or trained (`stopped_by` a signal, SIGINT or
+    SIGTERM, after saving `checkpoint`)."""
 
     trl_help: str | None = None
-    interrupted: bool = False
+    stopped_by: int | None = None
+    checkpoint: str | None = None
 
 
 def run_training(spec: StageSpec, options: dict, stage_options: dict, intervention_options: dict, extra_args: list[str],
@@ -49,4 +51,5 @@ def run_training(spec: StageSpec, options: dict, stage_options: dict, interventi
     stage = spec.load()()
     if help_trl:
         return Training(trl_help=trl_help(stage))
-    return Training(interrupted=run(stage, settings, extra_args).interrupted)
+    result = run(stage, settings, extra_args)
+    return Training(stopped_by=result.stopped_by, checkpoint=result.checkpoint)

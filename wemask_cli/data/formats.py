@@ -138,8 +138,47 @@ def check_rows(dataset, fmt: DataFormat, labels: list[str] | None, where: str):
             elif problem:
                 raise WeMaskError(f"{where} {label}: {column!r} {problem} (format {fmt.name} needs {needs})")
         if converted:
-            position = dataset.column_names.index(column)
-            dataset = dataset.remove_columns([column]).add_column(column, values)
-            order = dataset.column_names[:position] + [column] + dataset.column_names[position:-1]
-            dataset = dataset.select_columns(order)
+            dataset = replace_column(dataset, column, values)
     return dataset
+
+
+def replace_column(dataset, column: str, values: list):
+    """`dataset` with the values of `column` replaced, the column kept in its place (also when it is the only one)."""
+    if dataset.data.num_rows != dataset.num_rows:  # a selection of rows (an indices mapping): the column is per row
+        dataset = dataset.flatten_indices()
+    order, staged = dataset.column_names, f"{column}.replaced"
+    dataset = dataset.add_column(staged, values).remove_columns([column]).rename_column(staged, column)
+    return dataset.select_columns(order)
+
+
+def _text_length(value) -> int:
+    """The length of a value's longest text: plain text, or the longest message content of a conversation."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list) and is_conversation(value):
+        return max((len(m["content"]) for m in value if isinstance(m.get("content"), str)), default=0)
+    return 0
+
+
+def _cut(value, limit: int):
+    """The value with its text (a conversation: each message's content) cut to its first `limit` characters."""
+    if isinstance(value, str):
+        return value[:limit]
+    return [{**m, "content": m["content"][:limit]} if isinstance(m.get("content"), str) else m for m in value]
+
+
+def cut_long_texts(dataset, columns: tuple[str, ...], limit: int):
+    """(dataset, rows cut, longest text) with every text of `columns` (plain text, or a message's content) longer
+    than `limit` characters cut to its first `limit`; the dataset is unchanged when none is longer."""
+    cut_rows, longest = set(), 0
+    for column in columns:
+        values = list(dataset[column])
+        lengths = [_text_length(value) for value in values]
+        long_rows = [index for index, length in enumerate(lengths) if length > limit]
+        longest = max([longest, *lengths])
+        if long_rows:
+            for index in long_rows:
+                values[index] = _cut(values[index], limit)
+            dataset = replace_column(dataset, column, values)
+            cut_rows.update(long_rows)
+    return dataset, len(cut_rows), longest

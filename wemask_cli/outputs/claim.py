@@ -11,7 +11,7 @@ from pathlib import Path
 
 from wemask_cli.outputs.files import check_writable
 from wemask_cli.outputs.lock import remove_quietly, take_lock
-from wemask_cli.outputs.manifest import MANIFEST_NAME, OURS, STAGING_NAME, Manifest, Plan, Snapshot, tree
+from wemask_cli.outputs.manifest import LOCK_NAME, MANIFEST_NAME, OURS, STAGING_NAME, Manifest, Plan, Snapshot, tree
 from wemask_cli.outputs.names import METRICS_FILE
 from wemask_cli.runtime.atomic import describe_os_error, follow_umask
 from wemask_cli.runtime.errors import WeMaskError
@@ -205,6 +205,7 @@ def claim_output_dir(
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise WeMaskError(f"{flag} {folder}: {describe_os_error(err)}") from None
+    was_locked = (folder / LOCK_NAME).exists()
     lock_path, token = take_lock(folder, kind)
     claim = OutputClaim(folder, lock_path, token)
     claim.created = created
@@ -213,6 +214,8 @@ def claim_output_dir(
         found = Manifest.read(folder)
         claim.manifest, claim.fresh_manifest = found or Manifest(folder), found is None and not (folder / MANIFEST_NAME).exists()
         entries = _entries(folder)
+        if was_locked and not entries and not claim.manifest.top_names() and absolute not in created:
+            claim.created = [absolute, *created]  # a killed command's folder holding nothing: removed like our own on failure
         if entries and not resume and overwrite:
             claim.plan = _plan_overwrite(claim.manifest, folder)
         elif entries and not resume:

@@ -5,6 +5,7 @@ What every other layer may import, with no knowledge of models or data.
 - errors.py      WeMaskError, the user-facing error family (the CLI prints one line, exit 2)
 - atomic.py      the one atomic file write
 - versions.py    installed library versions (run records, compat's errors, `wemask env`)
+- tested.py      libraries at untested versions: the warning line, and the line of a failure inside one
 - progress.py    status lines and progress without rich (the CLI installs a rich reporter)
 - ranks.py       launcher processes: the one rank-0 rule, barriers, one answer for all
 - finite.py      NaN/inf refused in every tensor wemask loads

@@ -38,13 +38,33 @@ def _version(name: str) -> str | None:
 
 def which_environment(installed: dict[str, str | None], environments: dict[str, dict]) -> tuple[str, dict[str, tuple]]:
     """The tested environment these versions belong to ("vllm" when vLLM is installed, else "current") and the
-    libraries whose installed version differs from the recorded one: {library: (installed, tested)}."""
-    name = "vllm" if installed.get("vllm") else "current"
-    tested = environments[name]["versions"]
-    differ = {lib: (installed.get(lib), version) for lib, version in tested.items() if _base(installed.get(lib)) != _base(version)}
-    return name, differ
+    libraries installed at an untested version (`untested`)."""
+    return "vllm" if installed.get("vllm") else "current", untested(installed, environments)
 
 
-def _base(version: str | None) -> str | None:
-    """A version without its local build label (torch's '+cpu')."""
-    return version.split("+")[0] if version else version
+def untested(installed: dict[str, str | None], environments: dict[str, dict]) -> dict[str, tuple[str, str, str]]:
+    """{library: (installed version, tested series, pip requirement of those)} for each installed library whose
+    release series (major.minor: '1.14' of '1.14.2') lies outside the series the environments ran, from the oldest
+    to the newest ('1.15', or '5.19 to 5.24'). A library not installed is not run, so it is never untested."""
+    found = {}
+    for library, version in installed.items():
+        ran = sorted({_series(env["versions"].get(library)) for env in environments.values()} - {None})
+        if version is None or not ran or ran[0] <= _series(version) <= ran[-1]:
+            continue
+        oldest, newest = (".".join(map(str, part)) for part in (ran[0], ran[-1]))
+        tested = oldest if oldest == newest else f"{oldest} to {newest}"
+        found[library] = (version, tested, f"{library}>={oldest},<{ran[-1][0]}.{ran[-1][1] + 1}")
+    return found
+
+
+def _series(version: str | None) -> tuple[int, int] | None:
+    """The release series of a version, (major, minor), its local build label (torch's '+cpu') ignored."""
+    if not version:
+        return None
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        release = Version(version).release
+    except InvalidVersion:
+        return None
+    return release[0], (release[1] if len(release) > 1 else 0)

