@@ -206,3 +206,26 @@ def test_a_cache_that_is_a_file_is_one_line_before_converting(monkeypatch, capsy
         code, _, err = run_main(monkeypatch, capsys, "infer", "--model", tiny_gguf, "--prompt", "hi")
         assert code == 2 and err.count("\n") == 1 and not [text for text in shown if text.startswith("Converting")], err
         assert err.startswith(f"wemask: error: WEMASK_CACHE={cache}: {tmp_path / 'cache'} is a file, not a folder: set WEMASK_CACHE to a folder")
+
+
+def test_a_converted_gguf_is_readable_as_the_umask_allows(monkeypatch, tmp_path, tiny_gguf):
+    from wemask_cli.runtime.atomic import umask
+
+    monkeypatch.setenv("WEMASK_CACHE", str(tmp_path / "cache"))
+    entry = Path(resolve_source(tiny_gguf))
+    assert entry.stat().st_mode & 0o777 == 0o777 & ~umask()
+    modes = {item.name: oct(item.stat().st_mode & 0o777) for item in entry.iterdir()}
+    assert modes == dict.fromkeys(modes, oct(0o666 & ~umask())) and "model.safetensors" in modes
+
+
+def test_only_the_main_process_shows_the_conversion_bar(tmp_path, tiny_gguf):
+    """A node's first process converts whatever its global rank (gguf_cache.py); on rank 2 of a launch it is silent."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "WEMASK_CACHE": str(tmp_path / "cache"), "RANK": "2", "LOCAL_RANK": "0"}  # as torchrun sets them
+    done = subprocess.run([sys.executable, "-m", "wemask_cli", "locate", "--model", tiny_gguf], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and len(list((tmp_path / "cache" / "models").iterdir())) == 1, done.stderr[-2000:]
+    assert "GGUF tensors" not in done.stderr and "%|" not in done.stderr, done.stderr[-2000:]

@@ -24,7 +24,7 @@ from pathlib import Path
 from wemask_cli.models.bos import GGUF_RECORD, gguf_add_bos, match_bos, record_gguf_add_bos
 from wemask_cli.outputs import MODEL_CONFIG_FILE
 from wemask_cli.runtime import progress
-from wemask_cli.runtime.atomic import umask
+from wemask_cli.runtime.atomic import atomic_write, umask
 from wemask_cli.runtime.cache_dir import cache_dir
 from wemask_cli.runtime.errors import WeMaskError, first_line
 
@@ -128,7 +128,7 @@ def write_plain_model(model, folder: Path) -> None:
         if tensor.data_ptr() not in seen:  # lm_head.weight tied to embed_tokens.weight is the same storage
             seen.add(tensor.data_ptr())
             tensors[name] = tensor.contiguous()
-    save_file(tensors, folder / WEIGHTS_FILE, metadata={"format": "pt"})
+    atomic_write(folder / WEIGHTS_FILE, lambda path: save_file(tensors, path, metadata={"format": "pt"}))  # the umask's mode
     model.config.architectures = [type(model).__name__]  # as save_pretrained writes it (vLLM picks its model class by it)
     model.config.save_pretrained(folder)
     if model.generation_config is not None:
