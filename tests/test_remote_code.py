@@ -81,7 +81,7 @@ def test_code_beside_a_built_in_model_type_is_named_as_not_used(remote_model, tm
     done = wemask("infer", "--model", str(remote_model), "--prompt", "hi", "--max-new-tokens", "2", cwd=tmp_path)
     assert done.returncode == 0 and ran(remote_model) == [], done.stderr[-2000:]
     assert (f"wemask: warning: --model {remote_model} ships its own Python code (an auto_map in its config.json), which "
-            "was not used: loaded with transformers' built-in LlamaForCausalLM") in done.stderr
+            "is not used: loaded with transformers' built-in LlamaForCausalLM") in done.stderr
 
 
 def test_code_in_the_tokenizer_config_is_refused_naming_that_file(tmp_path, tiny_model_dir):

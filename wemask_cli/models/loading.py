@@ -183,7 +183,7 @@ def warn_unused_code(spec: str, model, tokenizer) -> None:
                                          ("tokenizer_config.json", tokenizer.init_kwargs.get("auto_map"))) if auto_map]
     if files:
         progress.warn(
-            f"--model {spec} ships its own Python code (an auto_map in its {' and '.join(files)}), which was not used: "
+            f"--model {spec} ships its own Python code (an auto_map in its {' and '.join(files)}), which is not used: "
             f"loaded with transformers' built-in {type(model).__name__} and {type(tokenizer).__name__}; pass "
             "--trust-remote-code to run its code instead (only for sources you trust)"
         )
