@@ -270,7 +270,7 @@ def test_a_folder_of_jsonl_files_names_the_file_and_line(tmp_path):
     folder.mkdir()
     write_jsonl(folder / "part-a.jsonl", [{"text": "one"}, {"text": "two"}])
     write_jsonl(folder / "part-b.jsonl", [{"text": "three"}, {"text": ""}])
-    with pytest.raises(WeMaskError, match=r"shards \(part-b.jsonl line 2\) has no 'text'"):
+    with pytest.raises(WeMaskError, match=r"shards \(part-b.jsonl line 2\): 'text' is empty"):
         load_training_data(SUPERVISED, str(folder))
     write_jsonl(folder / "part-b.jsonl", [{"text": "three"}])
     assert load_training_data(SUPERVISED, str(folder))[0]["text"] == ["one", "two", "three"]

@@ -98,9 +98,11 @@ def test_the_two_unpaired_layouts(tmp_path):
         ([{"prompt": "q", "completion": "a", "label": "no"}, {"prompt": "p", "completion": "c", "label": "yes"}],
          "line 1: 'label' is 'no', not true or false"),
         ([{"prompt": "q", "completion": "a", "label": False}, {"prompt": "p", "completion": "", "label": True}],
-         "line 2 has no 'completion'"),
+         "line 2: 'completion' is empty"),
+        ([{"prompt": "q", "chosen": "a", "rejected": "b"}, {"prompt": "p", "chosen": "c"}], "line 2 has no 'rejected'"),
+        ([{"prompt": "q", "chosen": "a", "rejected": ""}], "line 1: 'rejected' is empty"),
     ],
-    ids=["label-not-bool", "empty-completion"],
+    ids=["label-not-bool", "empty-completion", "pair-without-rejected", "pair-with-empty-rejected"],
 )
 def test_bad_rows_are_one_line_exit_2(monkeypatch, capsys, tmp_path, tiny_model_dir, rows, message):
     data = tmp_path / "bad.jsonl"
@@ -110,6 +112,23 @@ def test_bad_rows_are_one_line_exit_2(monkeypatch, capsys, tmp_path, tiny_model_
     code, _, err = run_main(monkeypatch, capsys, "kto", "--model", tiny_model_dir, "--dataset", str(data), "-o", str(tmp_path / "o"))
     assert code == 2 and message in err and err.count("\n") == 1 and "Traceback" not in err, err
     assert not (tmp_path / "o" / "wemask_run.json").exists()
+
+
+@pytest.mark.parametrize("label", [True, False])
+def test_one_label_only_trains_with_one_line_instead_of_trls_weight_advice(monkeypatch, capsys, caplog, tmp_path, tiny_model_dir, label):
+    rows = [json.loads(line) for line in Path(FEEDBACK).read_text().splitlines()[:4]]
+    data = tmp_path / "one-sided.jsonl"
+    data.write_text("".join(json.dumps({**row, "label": label}) + "\n" for row in rows))
+    code, _, err = run_main(monkeypatch, capsys, "kto", "--model", tiny_model_dir, "--dataset", str(data), "-o", str(tmp_path / "o"),
+                            "-r", "0.3", "--me-layer", "1", "--max-steps", "1", "--per-device-train-batch-size", "2", "--max-length", "64",
+                            "--report-to", "none", "--save-strategy", "no")  # fmt: skip
+    assert code == 0, err
+    side, other = ("true (desirable)", "false (undesirable)") if label else ("false (undesirable)", "true (desirable)")
+    said = [line for line in err.splitlines() if "labelled" in line or "desirable_weight" in line]
+    assert said == [f"wemask: warning: kto: all 4 training rows are labelled {side}, none {other}: KTO trains on one side only "
+                    "(TRL's advice on --desirable-weight/--undesirable-weight does not apply then, and is left out); add rows "
+                    f"labelled {other.split()[0]} for the usual KTO"], err
+    assert not [record for record in caplog.records if "desirable/positive" in record.getMessage()]  # TRL's logger
 
 
 @pytest.mark.embedded

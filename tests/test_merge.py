@@ -128,3 +128,24 @@ def test_a_file_size_limit_while_merging_is_one_line_and_keeps_the_previous_outp
         f"wemask: error: could not write the merged model to {out}: a file reached this process's file-size limit; raise the "
         f"file-size limit (ulimit -f) and merge again (nothing in {out} was deleted)")
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+
+
+def test_a_run_still_training_is_named_in_use(monkeypatch, capsys, tmp_path):
+    from wemask_cli.outputs import claim_output_dir
+
+    run = tmp_path / "lora"
+    with claim_output_dir(run, overwrite=False, kind="sft"):  # as `wemask sft --use-peft -o RUN` holds it until its final save
+        code, _, err = run_main(monkeypatch, capsys, "merge", str(run), "-o", str(tmp_path / "merged"))
+    assert code == 2 and err.count("\n") == 1 and "not a LoRA run" not in err, err
+    assert err.startswith(f"wemask: error: {run} is in use by `") and f"merge one of its checkpoints ({run}/checkpoint-N)" in err
+    assert not (tmp_path / "merged").exists()
+
+
+def test_merging_into_the_run_itself_is_refused_without_naming_overwrite(monkeypatch, capsys, tmp_path):
+    run = tmp_path / "lora"
+    run.mkdir()
+    (run / "adapter_config.json").write_text("{}")
+    for output in (run, tmp_path):
+        code, _, err = run_main(monkeypatch, capsys, "merge", str(run), "-o", str(output))
+        assert code == 2 and "--overwrite" not in err, err
+        assert err == f"wemask: error: --output {output} is the run {run} or holds it: write the merged model to another folder\n"

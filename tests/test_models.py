@@ -116,12 +116,14 @@ def test_first_line_of_an_error_is_its_first_line_cut_or_its_type():
 
 
 def write_entry(folder, weights: bool = True):
-    """A folder the GGUF cache would accept: config.json, model.safetensors, tokenizer_config.json."""
+    """A folder the GGUF cache would accept: config.json, model.safetensors, tokenizer_config.json, tokenizer.json."""
     from safetensors.torch import save_file
+    from tokenizers import Tokenizer, models
 
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
     (folder / "tokenizer_config.json").write_text("{}")
+    Tokenizer(models.BPE()).save(str(folder / "tokenizer.json"))
     if weights:
         save_file({"w": torch.zeros(2)}, folder / "model.safetensors")
     return folder
@@ -171,3 +173,59 @@ def test_a_converted_gguf_saves_tied_weights_once(monkeypatch, tmp_path, tiny_gg
     assert config["architectures"] == ["LlamaForCausalLM"] and config["dtype"] == "float32"  # as save_pretrained writes them
     model = load_model(tiny_gguf).model
     assert model.lm_head.weight is model.model.embed_tokens.weight
+
+
+def test_a_garbage_tokenizer_in_a_converted_gguf_is_rebuilt_with_one_line(monkeypatch, capsys, tmp_path, tiny_gguf):
+    from conftest import run_main
+
+    from wemask_cli.models.gguf_cache import entry_problem
+
+    monkeypatch.setenv("WEMASK_CACHE", str(tmp_path / "cache"))
+    entry = Path(resolve_source(tiny_gguf))
+    (entry / "tokenizer.json").write_text("garbage")
+    code, out, err = run_main(monkeypatch, capsys, "infer", "--model", tiny_gguf, "--prompt", "hi", "--max-new-tokens", "2")
+    assert code == 0, err
+    rebuilt = [line for line in err.splitlines() if "is incomplete" in line]
+    assert rebuilt == [f"wemask: warning: the converted model in {entry} is incomplete (tokenizer.json is missing or unreadable "
+                       "(expected value at line 1 column 1)): converting tiny-llama.gguf again"]
+    assert entry_problem(entry) is None
+
+
+def test_a_cache_that_is_a_file_is_one_line_before_converting(monkeypatch, capsys, tmp_path, tiny_gguf):
+    import contextlib
+
+    from conftest import run_main
+
+    from wemask_cli.render.common import err_console
+
+    shown = []
+    monkeypatch.setattr(err_console, "status", lambda text, **k: shown.append(text) or contextlib.nullcontext())
+    (tmp_path / "cache").write_text("not a folder")
+    for cache in (tmp_path / "cache", tmp_path / "cache" / "below"):
+        monkeypatch.setenv("WEMASK_CACHE", str(cache))
+        code, _, err = run_main(monkeypatch, capsys, "infer", "--model", tiny_gguf, "--prompt", "hi")
+        assert code == 2 and err.count("\n") == 1 and not [text for text in shown if text.startswith("Converting")], err
+        assert err.startswith(f"wemask: error: WEMASK_CACHE={cache}: {tmp_path / 'cache'} is a file, not a folder: set WEMASK_CACHE to a folder")
+
+
+def test_a_converted_gguf_is_readable_as_the_umask_allows(monkeypatch, tmp_path, tiny_gguf):
+    from wemask_cli.runtime.atomic import umask
+
+    monkeypatch.setenv("WEMASK_CACHE", str(tmp_path / "cache"))
+    entry = Path(resolve_source(tiny_gguf))
+    assert entry.stat().st_mode & 0o777 == 0o777 & ~umask()
+    modes = {item.name: oct(item.stat().st_mode & 0o777) for item in entry.iterdir()}
+    assert modes == dict.fromkeys(modes, oct(0o666 & ~umask())) and "model.safetensors" in modes
+
+
+def test_only_the_main_process_shows_the_conversion_bar(tmp_path, tiny_gguf):
+    """A node's first process converts whatever its global rank (gguf_cache.py); on rank 2 of a launch it is silent."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "WEMASK_CACHE": str(tmp_path / "cache"), "RANK": "2", "LOCAL_RANK": "0"}  # as torchrun sets them
+    done = subprocess.run([sys.executable, "-m", "wemask_cli", "locate", "--model", tiny_gguf], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and len(list((tmp_path / "cache" / "models").iterdir())) == 1, done.stderr[-2000:]
+    assert "GGUF tensors" not in done.stderr and "%|" not in done.stderr, done.stderr[-2000:]

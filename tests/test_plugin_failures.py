@@ -115,3 +115,12 @@ def test_a_plugin_stage_works_next_to_broken_ones(site):
     assert_warned(done.stderr, "wemask.stages", "wemask.interventions")
     gone = wemask(site, "runtime-stage", "--help", blocked=True)
     assert gone.returncode == 2 and "No such command 'runtime-stage'" in gone.stderr, gone.stderr
+
+
+def test_did_you_mean_offers_no_command_just_left_out(site):
+    """runtime-stage loads the stage plugins: syntax-stage and exit-stage, as close a spelling, are warned as left out."""
+    gone = wemask(site, "runtime-stage", "--help", blocked=True)
+    assert gone.returncode == 2, gone.stderr
+    assert gone.stderr.splitlines()[-1] == "wemask: error: No such command 'runtime-stage'. (see 'wemask --help')"
+    near = wemask(site, "toy-sf", blocked=True)  # nothing loaded yet: every listed command may be meant
+    assert near.returncode == 2 and "(did you mean 'toy-sft'?)" in near.stderr, near.stderr

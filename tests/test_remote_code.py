@@ -64,3 +64,38 @@ def test_remote_code_runs_only_with_the_flag_whatever_stdin_says(remote_model, t
     done = wemask("infer", "--model", str(remote_model), "--prompt", "hi", "--max-new-tokens", "2", "--trust-remote-code", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert ran(remote_model) and "--trust-remote-code: running the Python code" in done.stderr
+
+
+def with_auto_map(folder: Path, file: str, auto_map: dict, **fields) -> Path:
+    """`folder` with an auto_map (and `fields`) added to its config.json or tokenizer_config.json."""
+    settings = json.loads((folder / file).read_text())
+    (folder / file).write_text(json.dumps({**settings, **fields, "auto_map": auto_map}))
+    return folder
+
+
+def test_code_beside_a_built_in_model_type_is_named_as_not_used(remote_model, tmp_path):
+    config = json.loads((remote_model / "config.json").read_text())
+    with_auto_map(remote_model, "config.json", {"AutoModelForCausalLM": "modeling_remote.RemoteForCausalLM"},
+                  model_type="llama", architectures=["LlamaForCausalLM"])
+    assert config["model_type"] != "llama"
+    done = wemask("infer", "--model", str(remote_model), "--prompt", "hi", "--max-new-tokens", "2", cwd=tmp_path)
+    assert done.returncode == 0 and ran(remote_model) == [], done.stderr[-2000:]
+    assert (f"wemask: warning: --model {remote_model} ships its own Python code (an auto_map in its config.json), which "
+            "is not used: loaded with transformers' built-in LlamaForCausalLM") in done.stderr
+
+
+def test_code_in_the_tokenizer_config_is_refused_naming_that_file(tmp_path, tiny_model_dir):
+    folder = Path(shutil.copytree(tiny_model_dir, tmp_path / "tokenizer-code"))
+    (folder / "tokenization_remote.py").write_text(f"from pathlib import Path\nPath({str(tmp_path)!r}, 'RAN-tokenizer').write_text('ran')\n")
+    with_auto_map(folder, "tokenizer_config.json", {"AutoTokenizer": ["tokenization_remote.RemoteTokenizer", None]},
+                  tokenizer_class="RemoteTokenizer")
+    done = wemask("infer", "--model", str(folder), "--prompt", "hi", "--max-new-tokens", "2", cwd=tmp_path)
+    assert done.returncode == 2 and ran(folder) == [], done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        f"wemask: error: --model {folder} ships its own Python code (an auto_map in its tokenizer_config.json), which")
+
+
+def test_the_refusal_of_code_is_the_only_line(remote_model, tmp_path):
+    done = wemask("infer", "--model", str(remote_model), "--prompt", "hi", "--max-new-tokens", "2", cwd=tmp_path)
+    lines = [line for line in done.stderr.splitlines() if "real_accelerator" not in line and line.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and "ships its own Python code" in lines[0], done.stderr[-2000:]

@@ -83,6 +83,19 @@ def test_cli_refusals_before_loading(monkeypatch, capsys, embedded_dir, flags, e
     assert code == 2 and expected in err and "Traceback" not in err
 
 
+def test_a_lora_folder_is_refused_naming_wemask_merge(monkeypatch, capsys, tmp_path, tiny_model_dir):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    require_vllm()
+    adapter = tmp_path / "lora"
+    get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(adapter)
+    capsys.readouterr()  # transformers' loading bar above
+    code, _, err = run_main(monkeypatch, capsys, "infer", "--engine", "vllm", "--model", str(adapter), "-p", "Hi")
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"merge it into one with `wemask merge {adapter} -o MERGED` (then --model MERGED), or use --engine transformers" in err
+
+
 def test_massive_tokens_and_remedies_are_refused(tmp_path):
     """What vLLM cannot run names the transformers path: --tokens massive, and folders carrying remedies."""
     from wemask_cli.engines.vllm import VllmEngineError, saved_wemask_for_vllm

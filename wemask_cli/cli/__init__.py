@@ -87,6 +87,7 @@ are quieted around the command only (compat/notices.py)."""
     if ranks.rank() != 0:  # under a launcher the main process speaks for all: the others' library chatter off too
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
+        os.environ["TQDM_DISABLE"] = "1"  # read when tqdm is first imported: bars such as transformers' GGUF conversion's
 
 
 def did_you_mean(message: str) -> str:

@@ -89,13 +89,18 @@ class CommandGroup(TyperGroup):
 
     def built_command(self, name: str):
         """The command `name`, built if it is lazy (loading the plugins it needs); None when there is no such command,
-        or its plugin failed to load (the docs' CLI reference reads every command through this)."""
+        or its plugin failed to load (the docs' CLI reference reads every command through this). The module's
+        commands whose plugins that load left out go too, so no "did you mean" offers them."""
         if name in self.listing() and name in self.owners:
-            commands = built(self.owners.pop(name), name)
+            module = self.owners.pop(name)
+            commands = built(module, name)
             if name in commands:
                 self.commands[name] = commands[name]
             else:
                 del self.commands[name]
+            for gone in module.left_out(name) if hasattr(module, "left_out") else ():
+                if self.owners.get(gone) is module:
+                    del self.owners[gone], self.commands[gone]
         return self.listing().get(name)
 
     def resolve_command(self, ctx, args: list[str]):

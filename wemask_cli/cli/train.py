@@ -135,6 +135,14 @@ def summaries() -> dict[str, str]:
     return found
 
 
+def left_out(name: str) -> set[str]:
+    """The plugin stages summaries() lists whose plugin failed to load, once building `name` loaded the stage plugins
+    (a built-in stage loads none: then nothing is known)."""
+    from wemask_cli.commands.train import builtin_specs, plugin_stage_names, stage_specs
+
+    return set() if name in builtin_specs() else set(plugin_stage_names()) - set(stage_specs())
+
+
 def register(app: typer.Typer, name: str) -> None:
     """The command of the trainer stage `name` (train/stage_registry.py): a built-in one, or a plugin's (the stage plugins
     then load). Its intervention flags load the intervention plugins; a broken plugin is one warning line."""

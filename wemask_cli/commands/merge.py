@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from wemask_cli.outputs import ADAPTER_CONFIG_FILE, METRICS_FILE, RUN_RECORD_FILE, check_inputs_outside, claim_output_dir
+from wemask_cli.outputs import ADAPTER_CONFIG_FILE, METRICS_FILE, RUN_RECORD_FILE, claim_output_dir, running_command
 from wemask_cli.runtime.atomic import describe_os_error, write_error, write_remedy
 from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.runtime.progress import status
@@ -24,13 +24,20 @@ def run_merge(run: str, output: Path, overwrite: bool = False, dtype: str = "aut
     folder = Path(run).expanduser()
     if not folder.is_dir():
         raise WeMaskError(f"{run}: no such run folder: give the output folder of a `wemask sft|dpo|grpo --use-peft` run")
+    running = running_command(folder)
+    if running:
+        raise WeMaskError(
+            f"{run} is in use by {running}: a LoRA run's adapter is saved when its training ends; wait for it to "
+            f"finish, or merge one of its checkpoints ({run}/checkpoint-N)"
+        )
     if not (folder / ADAPTER_CONFIG_FILE).is_file():
         raise WeMaskError(
             f"{run} has no {ADAPTER_CONFIG_FILE}: it is not a LoRA run, and a full fine-tuning run is a model folder "
             "already (give it to --model as it is)"
         )
     output = Path(output).expanduser()
-    check_inputs_outside(output, [("RUN", str(folder))], flag="--output")
+    if folder.resolve().is_relative_to(output.resolve()):
+        raise WeMaskError(f"--output {output} is the run {run} or holds it: write the merged model to another folder")
     with claim_output_dir(output, overwrite=overwrite, kind="merge", flag="--output") as claim:
         from wemask_cli.models.loading import load_model
 

@@ -130,8 +130,10 @@ def check_rows(dataset, fmt: DataFormat, labels: list[str] | None, where: str):
         values, converted = list(dataset[column]), False
         for index, value in enumerate(values):
             label = labels[index] if labels else f"row {index + 1}"
-            if value is None or value == "" or value == []:
+            if value is None:
                 raise WeMaskError(f"{where} {label} has no {column!r} (format {fmt.name} needs {needs})")
+            if value == "" or value == []:
+                raise WeMaskError(f"{where} {label}: {column!r} is empty (format {fmt.name} needs {needs})")
             problem = text_problem(value)
             if problem == "integer":
                 values[index], converted = str(value), True

