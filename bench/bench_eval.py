@@ -17,6 +17,7 @@ from pathlib import Path
 RATES = ("0", "0.3", "0.7", "1.0")
 ME_LAYER = "11"  # the embedded SmolLM2-135M-Instruct's ME layer (0-based)
 WORKLOAD = ["--task", "perplexity", "--window", "128", "--limit", "4", "--batch-size", "4"]
+SMOKE = {"RATES": ("0", "1.0"), "WORKLOAD": ["--task", "perplexity", "--window", "32", "--limit", "1", "--batch-size", "1"]}
 
 
 def wemask_eval(rates: str, output: Path) -> float:
@@ -41,8 +42,8 @@ def run() -> dict:
         one = wemask_eval(",".join(RATES), tmp / "sweep")
         four = sum(wemask_eval(rate, tmp / f"r{rate}") for rate in RATES)
     return {
-        "4-rate sweep, one process (s)": one,
-        "4 separate processes (s)": four,
+        f"{len(RATES)}-rate sweep, one process (s)": one,
+        f"{len(RATES)} separate processes (s)": four,
         "wall-time ratio one/four (goal <= 0.6)": one / four,
     }
 

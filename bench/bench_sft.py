@@ -19,6 +19,7 @@ from wemask_cli import WeMaskConfig, apply_wemask, remove_wemask
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = WeMaskConfig(mask_rate=0.3, me_layer=11, mode="aware")
 REPEATS = 16
+SMOKE = {"REPEATS": 1}
 
 
 def build_trainer(tmp: str):
