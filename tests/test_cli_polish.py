@@ -3,6 +3,7 @@ mistyped flags refused at once with a suggestion, in every command, without impo
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -138,3 +139,27 @@ def test_env_and_run_records_find_vllms_cpu_build():
 
     found = library_versions(["vllm"])["vllm"]
     assert (found is not None) == (importlib.util.find_spec("vllm") is not None)
+
+
+@pytest.mark.parametrize("stage, typed, offered", [("sft", "--learning", "--learning-rate"), ("grpo", "--num-gen", "--num-generations"),
+                                                   ("sft", "--mask-r", "--mask-rate")])  # fmt: skip
+def test_completion_offers_trl_pass_through_flags(trl_flags_known, stage, typed, offered):
+    """`wemask sft --learning<TAB>` completes TRL's --learning-rate (bash's completion protocol, torch blocked)."""
+    env = {**os.environ, "_WEMASK_COMPLETE": "complete_bash", "COMP_WORDS": f"wemask {stage} {typed}", "COMP_CWORD": "2"}
+    done = subprocess.run([sys.executable, "-c", RUN_BLOCKED], capture_output=True, text=True, timeout=60, env=env)
+    offers = done.stdout.split()
+    assert done.returncode == 0 and offered in offers, done.stderr
+    assert all(flag.startswith(typed) and "_" not in flag for flag in offers) and len(offers) == len(set(offers))
+
+
+def test_help_trl_usage_names_the_command(monkeypatch, capsys):
+    code, out, _ = run_main(monkeypatch, capsys, "dpo", "--help-trl")
+    assert code == 0 and out.startswith("usage: wemask dpo "), out[:200]
+
+
+@pytest.mark.parametrize("command", [(), *((c,) for c in ALL_COMMANDS)], ids=lambda c: " ".join(c) or "wemask")
+def test_switches_show_no_type(command):
+    """A switch (--version, --overwrite, --use-peft/--no-use-peft, --help) takes no value: no `<bool>` beside it."""
+    text = wemask_without_torch(*command, "--help").stdout
+    assert "--help" in text and "<bool>" not in text
+    assert "<" in text or not command  # options that take a value keep their type (<int>, <str>, <path>)
