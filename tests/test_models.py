@@ -171,3 +171,13 @@ def test_a_converted_gguf_saves_tied_weights_once(monkeypatch, tmp_path, tiny_gg
     assert config["architectures"] == ["LlamaForCausalLM"] and config["dtype"] == "float32"  # as save_pretrained writes them
     model = load_model(tiny_gguf).model
     assert model.lm_head.weight is model.model.embed_tokens.weight
+
+
+def test_a_gguf_conversion_writes_no_bar_into_a_log(monkeypatch, capfd, tmp_path, tiny_gguf):
+    """stderr a file, not a terminal: transformers' "Converting and de-quantizing GGUF tensors" bar would be one line
+    of carriage returns there."""
+    monkeypatch.setenv("WEMASK_CACHE", str(tmp_path / "cache"))
+    capfd.readouterr()
+    assert (Path(resolve_source(tiny_gguf)) / "config.json").is_file()
+    err = capfd.readouterr().err
+    assert "\r" not in err and "de-quantizing" not in err, err
