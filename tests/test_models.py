@@ -174,10 +174,11 @@ def test_a_converted_gguf_saves_tied_weights_once(monkeypatch, tmp_path, tiny_gg
 
 
 def test_a_gguf_conversion_writes_no_bar_into_a_log(monkeypatch, capfd, tmp_path, tiny_gguf):
-    """stderr a file, not a terminal: transformers' "Converting and de-quantizing GGUF tensors" bar would be one line
-    of carriage returns there."""
+    """`wemask infer --model x.gguf` with stderr a file, not a terminal: transformers' "Converting and de-quantizing
+    GGUF tensors" bar would be one line of carriage returns there."""
+    from conftest import run_main
+
     monkeypatch.setenv("WEMASK_CACHE", str(tmp_path / "cache"))
-    capfd.readouterr()
-    assert (Path(resolve_source(tiny_gguf)) / "config.json").is_file()
-    err = capfd.readouterr().err
+    code, _, err = run_main(monkeypatch, capfd, "infer", "--model", tiny_gguf, "--prompt", "hi", "--max-new-tokens", "2")
+    assert code == 0 and (Path(resolve_source(tiny_gguf)) / "config.json").is_file(), err
     assert "\r" not in err and "de-quantizing" not in err, err
