@@ -21,6 +21,8 @@ def test_dash_h_is_help_everywhere(command):
     short, long = wemask_without_torch(*command, "-h"), wemask_without_torch(*command, "--help")
     assert short.returncode == 0 and short.stdout == long.stdout and "Usage: wemask" in short.stdout, short.stderr
     assert "--help-trl" in short.stdout if command and command[0] in ("sft", "dpo", "grpo") else True
+    assert "<bool>" not in short.stdout  # a switch (--version, --overwrite, --use-peft/--no-use-peft, -h) takes no value
+    assert "<int>" in short.stdout if command == ("sft",) else True  # an option that takes one shows its type
 
 
 def test_version_needs_no_torch():
@@ -156,11 +158,3 @@ def test_help_trl_usage_names_the_command(monkeypatch, capsys):
     code, out, _ = run_main(monkeypatch, capsys, "dpo", "--help-trl")
     assert code == 0 and out.startswith("usage: wemask dpo "), out[:200]
 
-
-@pytest.mark.parametrize("command", [(), *((c,) for c in ALL_COMMANDS)], ids=lambda c: " ".join(c) or "wemask")
-def test_switches_show_no_type(command):
-    """A switch (--version, --overwrite, --use-peft/--no-use-peft, --help) takes no value: no `<bool>` beside it."""
-    text = wemask_without_torch(*command, "--help").stdout
-    assert "--help" in text and "<bool>" not in text
-    if command == ("sft",):
-        assert "<int>" in text and "<float>" in text  # options that take a value keep their type
