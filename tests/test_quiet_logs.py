@@ -81,3 +81,18 @@ def test_vllm_start_up_prints_no_warnings(tmp_path, tiny_tokenizer):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Completions" in done.stdout and "WARNING" not in done.stdout + done.stderr, done.stdout + done.stderr
     assert "checkpoint shards" not in done.stderr, done.stderr
+
+
+def test_verbose_lets_vllm_start_up_at_its_own_level(monkeypatch, capsys):
+    """`wemask -v` shows every library line: vLLM's engines then log at vLLM's default (INFO), not wemask's ERROR."""
+    from conftest import run_main
+
+    users = os.environ.pop("VLLM_LOGGING_LEVEL", None)  # vLLM's own default, whatever this shell set
+    try:
+        code, _, err = run_main(monkeypatch, capsys, "-v", "env")
+        assert code == 0, err
+        assert os.environ.get("VLLM_LOGGING_LEVEL") == "INFO"
+    finally:  # what the command set stays out of the later tests
+        os.environ.pop("VLLM_LOGGING_LEVEL", None)
+        if users is not None:
+            os.environ["VLLM_LOGGING_LEVEL"] = users
