@@ -70,11 +70,12 @@ LINT := $(BIN)/ruff check wemask_cli tests bench data  # pyflakes, import order,
 # for minutes (a wheel built and installed, a DeepSpeed/FSDP/multi-process launch); `make test` runs them all.
 SLOW_TESTS := test_wheel test_deepspeed test_fsdp test_ddp_train_loss test_multinode test_launch
 FAST := -m "not embedded and not vllm and not docs" $(foreach t,$(SLOW_TESTS),--ignore tests/$(t).py)
+ONCE := --deselect tests/test_bench_smoke.py::test_bench_smoke  # the benchmarks without vLLM: smoke-run in "current" only
 
 test: install
 	$(LINT)
 	$(call timed,current,$(BIN)/python -m pytest -q -m "not vllm")  # everything but the vLLM tests
-	$(call timed,vllm,$(VLLM_BIN)/python -m pytest -q -m "vllm or (embedded and not docs)")  # the vLLM and embedded-model tests
+	$(call timed,vllm,$(VLLM_BIN)/python -m pytest -q -m "vllm or (embedded and not docs)" $(ONCE))  # the vLLM and embedded-model tests
 
 test-fast: $(STAMP)
 	$(LINT)
