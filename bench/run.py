@@ -9,7 +9,7 @@ A benchmark module may declare `NEEDS` (the packages it imports beyond wemask's 
 where they are installed, and `--needing vllm` runs just the benchmarks that need vLLM (`make bench` runs those
 with the vLLM environment's python). `SMOKE` (module constants to replace) gives its smallest size: `--smoke` runs
 each benchmark once at that size (tests/test_bench_smoke.py), to check that it runs, not to measure.
-Results are merged into runs/bench.json (`--output`), each benchmark with a `measured` record (date, machine,
+Results are merged into runs/bench.json (`--output`) as each benchmark finishes, each with a `measured` record (date, machine,
 library versions, the command that reproduces it); docs/results/bench.json is the copy the documentation's
 benchmark page is built from. Pass names to run a subset: `python bench/run.py hook locate`.
 """
@@ -139,12 +139,17 @@ def main(argv: list[str] | None = None) -> None:
         start = time.perf_counter()
         with console.status(f"bench {bench.name}..."):
             results[bench.name] = run_one(bench, args.smoke)
+        merge_into(args.output, {bench.name: results[bench.name]})  # each as it finishes: a stopped run keeps them
         console.print(f"[green]bench {bench.name}[/green] done in {time.perf_counter() - start:.0f} s")
     print_table(console, results)
-    earlier = json.loads(args.output.read_text()) if args.output.exists() else {}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({**earlier, **results}, indent=2) + "\n")
     console.print(f"Wrote {args.output}")
+
+
+def merge_into(output: Path, results: dict) -> None:
+    """`results` written into the JSON file `output`, beside the benchmarks it holds already."""
+    earlier = json.loads(output.read_text()) if output.exists() else {}
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps({**earlier, **results}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
