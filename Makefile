@@ -13,7 +13,7 @@ DEMO_OUT ?= runs/demo
 , := ,
 EMBEDDED := $(shell sed -n 's/^embedded = \["\(.*\)"\]/\1/p' pyproject.toml)
 
-.PHONY: install demo test bench docs environments clean
+.PHONY: install demo test test-fast bench docs environments clean
 
 install: $(STAMP) $(VLLM_STAMP)
 
@@ -60,18 +60,37 @@ demo: install
 	$(BIN)/wemask report $(DEMO_OUT)/sft $(DEMO_OUT)/sft-gated $(DEMO_OUT)/dpo $(DEMO_OUT)/grpo $(DEMO_OUT)/eval \
 		$(DEMO_OUT)/eval-quant --overwrite
 
+# $(1): a name, $(2): a command; runs it, then prints "NAME: N s" and exits with its status.
+define timed
+	@echo '$(2)'; start=$$(date +%s); $(2); status=$$?; echo "$(1): $$(( $$(date +%s) - start )) s"; exit $$status
+endef
+
+LINT := $(BIN)/ruff check wemask_cli tests bench data  # pyflakes, import order, line length (pyproject's [tool.ruff])
+# The edit-test loop's tests: no embedded-model, vLLM or documentation test, nor the ones that start processes
+# for minutes (a wheel built and installed, a DeepSpeed/FSDP/multi-process launch); `make test` runs them all.
+SLOW_TESTS := test_wheel test_deepspeed test_fsdp test_ddp_train_loss test_multinode test_launch
+FAST := -m "not embedded and not vllm and not docs" $(foreach t,$(SLOW_TESTS),--ignore tests/$(t).py)
+ONCE := --deselect tests/test_bench_smoke.py::test_bench_smoke  # the benchmarks without vLLM: smoke-run in "current" only
+
 test: install
-	$(BIN)/ruff check wemask_cli tests bench data  # pyflakes, import order, line length (pyproject's [tool.ruff])
-	$(BIN)/python -m pytest -q -m "not vllm"  # "current": everything but the vLLM tests
-	$(VLLM_BIN)/python -m pytest -q -m "vllm or (embedded and not docs)"  # "vllm": the vLLM and embedded-model tests
+	$(LINT)
+	$(call timed,current,$(BIN)/python -m pytest -q -m "not vllm")  # everything but the vLLM tests
+	$(call timed,vllm,$(VLLM_BIN)/python -m pytest -q -m "vllm or (embedded and not docs)" $(ONCE))  # the vLLM and embedded-model tests
+
+test-fast: $(STAMP)
+	$(LINT)
+	$(call timed,fast,$(BIN)/python -m pytest -q $(FAST))
 
 # Record both environments' versions (after `make install` picked up new releases), for `wemask env` and the README.
 environments: install
 	$(BIN)/python tests/record_environments.py current "the newest releases the registries serve, without vLLM: the whole suite except the vLLM tests"
 	$(VLLM_BIN)/python tests/record_environments.py vllm "vLLM's CPU build with the versions it pins: the vLLM tests and the embedded-model tests"
 
+# Each benchmark in the environment that has what it needs (its NEEDS): the vLLM ones with the vLLM environment's.
 bench: install
+	rm -f runs/bench.json
 	$(BIN)/python bench/run.py
+	$(VLLM_BIN)/python bench/run.py --needing vllm
 
 docs: install  # the site into site/, offline and strict (docs/hooks.py runs the quick start once, then reuses it)
 	$(BIN)/python -m mkdocs build --strict

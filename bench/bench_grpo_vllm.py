@@ -10,7 +10,6 @@ the optimizer step, the two trainers alternating; medians reported, first step o
 from __future__ import annotations
 
 import gc
-import importlib.util
 import statistics
 import time
 from pathlib import Path
@@ -21,7 +20,10 @@ from wemask_cli import WeMaskConfig, apply_wemask
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = WeMaskConfig(mask_rate=0.3, me_layer=11, mode="aware")
-REPEATS = 4
+REPEATS, WARM_UP = 4, True
+BATCH, COMPLETION_TOKENS, MAX_MODEL_LENGTH = 4, 24, 512
+NEEDS = ("vllm",)
+SMOKE = {"REPEATS": 1, "WARM_UP": False, "BATCH": 2, "COMPLETION_TOKENS": 4}
 
 
 def build(tmp: str):
@@ -32,6 +34,7 @@ def build(tmp: str):
     from wemask_cli.data import load_training_data
     from wemask_cli.data.formats import PROMPTS
     from wemask_cli.engines.vllm.colocate import colocated_engine, mask_rollouts
+    from wemask_cli.engines.vllm.memory import VllmJob
     from wemask_cli.models.loading import load_model
     from wemask_cli.rewards import format_reward
     from wemask_cli.train.grpo import prepare_dataset
@@ -45,15 +48,15 @@ def build(tmp: str):
 
     def trainer(use_vllm: bool):
         args = GRPOConfig(
-            output_dir=tmp, per_device_train_batch_size=4, num_generations=4, max_completion_length=24,
+            output_dir=tmp, per_device_train_batch_size=BATCH, num_generations=BATCH, max_completion_length=COMPLETION_TOKENS,
             learning_rate=1e-5, report_to="none", save_strategy="no", disable_tqdm=True, seed=0, use_vllm=use_vllm,
-            vllm_max_model_length=512, **hardware_defaults(GRPOConfig),
+            vllm_max_model_length=MAX_MODEL_LENGTH, **hardware_defaults(GRPOConfig),
         )
         return GRPOTrainer(model=model, reward_funcs=[format_reward], args=args, train_dataset=dataset,
                            processing_class=loaded.tokenizer)  # fmt: skip
 
     plain = trainer(False)
-    with colocated_engine(torch.float32, masked=True):
+    with colocated_engine(loaded.model, torch.float32, masked=True, job=VllmJob(sequences=BATCH, tokens=MAX_MODEL_LENGTH)):
         engine = trainer(True)
     mask_rollouts(engine, handle.config)
     return plain, engine, handle
@@ -81,13 +84,12 @@ def stepper(trainer):
 def run() -> dict:
     import tempfile
 
-    if importlib.util.find_spec("vllm") is None:
-        return {"skipped": "vLLM is not installed (make install, or pip install wemask-cli[vllm])"}
     gc.collect()  # an engine left by an earlier benchmark must be gone before this one starts
     with tempfile.TemporaryDirectory() as tmp:
         plain, engine, handle = build(tmp)
         step_plain, step_vllm = stepper(plain), stepper(engine)
-        step_plain(), step_vllm()  # warm-up
+        if WARM_UP:
+            step_plain(), step_vllm()
         generate_s, vllm_s = [], []
         for i in range(REPEATS):
             for use_vllm in ((False, True) if i % 2 == 0 else (True, False)):

@@ -14,6 +14,9 @@ from wemask_cli import WeMaskConfig, apply_wemask, remove_wemask
 from wemask_cli.models.loading import load_model
 
 CONFIG = WeMaskConfig(mask_rate=0.3, me_layer=11)
+BATCH, TOKENS, NEW_TOKENS = 8, 256, 32
+FORWARD_REPEATS, GENERATE_REPEATS = 6, 4
+SMOKE = {"BATCH": 2, "TOKENS": 64, "NEW_TOKENS": 4, "FORWARD_REPEATS": 1, "GENERATE_REPEATS": 1}
 
 
 def timed(fn) -> float:
@@ -41,21 +44,20 @@ def run() -> dict:
     loaded = load_model(None, dtype="float32")
     model, tokenizer = loaded.model, loaded.tokenizer
     torch.manual_seed(0)
-    ids = torch.randint(100, tokenizer.vocab_size - 100, (8, 256))
+    ids = torch.randint(100, tokenizer.vocab_size - 100, (BATCH, TOKENS))
     mask = torch.ones_like(ids)
     mask[::2, :16] = 0  # left padding in half the rows: the mask path runs, as in real batches
     forward = lambda: model(input_ids=ids, attention_mask=mask, use_cache=False)
     forward()
-    plain_fwd, hooked_fwd = paired(model, forward, repeats=6)
+    plain_fwd, hooked_fwd = paired(model, forward, repeats=FORWARD_REPEATS)
     prompt = ids[:, :32]
-    new_tokens = 32
     generate = lambda: model.generate(
-        prompt, attention_mask=mask[:, :32] * 0 + 1, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+        prompt, attention_mask=mask[:, :32] * 0 + 1, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
         pad_token_id=tokenizer.pad_token_id,
     )
     generate()
-    plain_gen, hooked_gen = paired(model, generate, repeats=4)
-    tokens = 8 * new_tokens
+    plain_gen, hooked_gen = paired(model, generate, repeats=GENERATE_REPEATS)
+    tokens = BATCH * NEW_TOKENS
     return {
         "forward s/batch (no hook)": plain_fwd,
         "forward s/batch (hook)": hooked_fwd,

@@ -28,10 +28,13 @@ from wemask_cli.prompts.rendering import encode
 
 BATCH = 8
 MAX_LENGTH = 256
+REPEATS = 3
+COPIES = (1, 8)  # the first 8 default prompts, x 1 and x 8
+SMOKE = {"MAX_LENGTH": 32, "REPEATS": 1, "COPIES": (1, 2)}
 
 
-def default_ids(tokenizer) -> list[list[int]]:
-    return encode(tokenizer, load_prompts(None, None, "text", None), MAX_LENGTH)
+def default_ids(tokenizer, max_length: int) -> list[list[int]]:
+    return encode(tokenizer, load_prompts(None, None, "text", None), max_length)
 
 
 @torch.no_grad()
@@ -42,15 +45,15 @@ def plain_forward(model, token_ids: list[list[int]], pad_id: int) -> None:
         model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp_min(0), use_cache=False)
 
 
-def timing(repeats: int = 3) -> dict:
+def timing() -> dict:
     loaded = load_model(None, dtype="float32")
     model, pad_id = loaded.model, loaded.tokenizer.pad_token_id
-    token_ids = default_ids(loaded.tokenizer)
+    token_ids = default_ids(loaded.tokenizer, MAX_LENGTH)
     runs = {"plain": lambda: plain_forward(model, token_ids, pad_id),
             "locate": lambda: method.locate(model, token_ids, batch_size=BATCH, pad_id=pad_id)}  # fmt: skip
     times = {name: [] for name in runs}
     runs["plain"]()  # warm-up
-    for i in range(repeats):
+    for i in range(REPEATS):
         for name in (("plain", "locate") if i % 2 == 0 else ("locate", "plain")):
             start = time.perf_counter()
             runs[name]()
@@ -68,12 +71,12 @@ def rss_kb(field: str) -> int:
     return int(re.search(rf"{field}:\s+(\d+)", Path("/proc/self/status").read_text()).group(1))
 
 
-def peak_memory_child(copies: int) -> None:
+def peak_memory_child(copies: int, max_length: int) -> None:
     """In a fresh process: print the peak RSS (MB, model included) while locating the first 8 default prompts x `copies`."""
     torch.set_num_threads(1)
     loaded = load_model(None, dtype="float32")
     pad_id = loaded.tokenizer.pad_token_id
-    token_ids = default_ids(loaded.tokenizer)[:8]
+    token_ids = default_ids(loaded.tokenizer, max_length)[:8]
     method.locate(loaded.model, token_ids[:2], pad_id=pad_id)  # warm-up
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the current RSS
     method.locate(loaded.model, token_ids * copies, batch_size=BATCH, pad_id=pad_id)
@@ -82,15 +85,16 @@ def peak_memory_child(copies: int) -> None:
 
 def peak_memory() -> dict:
     figures = {}
-    for copies in (1, 8):
-        code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_locate; bench_locate.peak_memory_child({copies})"
+    for copies in COPIES:
+        code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_locate; bench_locate.peak_memory_child({copies}, {MAX_LENGTH})"
         env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}  # fixed: big tensors are mmapped and given back
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
         figures[8 * copies] = float(out.strip().splitlines()[-1])
+    few, many = (8 * copies for copies in COPIES)
     return {
-        "peak RSS MB, 8 prompts": figures[8],
-        "peak RSS MB, 64 prompts": figures[64],
-        "peak RSS ratio 64/8 prompts (goal <= 1.1)": figures[64] / figures[8],
+        f"peak RSS MB, {few} prompts": figures[few],
+        f"peak RSS MB, {many} prompts": figures[many],
+        f"peak RSS ratio {many}/{few} prompts (goal <= 1.1)": figures[many] / figures[few],
     }
 
 

@@ -21,6 +21,7 @@ from wemask_cli.models.loading import load_model
 
 SCHEMES = ("w4a4", "fp4")
 WINDOWS, WINDOW, REPEATS = 8, 256, 3
+SMOKE = {"WINDOWS": 2, "WINDOW": 64, "REPEATS": 1}
 
 
 @torch.no_grad()

@@ -21,6 +21,8 @@ from wemask_cli.models.loading import load_model
 GATED_NORM = GatedNorm(norms="both", rank=16, layers="all")
 FIRST = WeMaskConfig(mask_rate=0.3, me_layer=11, tokens="first")
 MASSIVE = WeMaskConfig(mask_rate=0.3, me_layer=11, tokens="massive")
+BATCH, TOKENS, REPEATS = 8, 256, 6
+SMOKE = {"BATCH": 2, "TOKENS": 64, "REPEATS": 1}
 
 
 def paired(model, fn, a: list, b: list, repeats: int) -> dict:
@@ -50,13 +52,13 @@ def measure() -> dict:
     loaded = load_model(None, dtype="float32")
     model, tokenizer = loaded.model, loaded.tokenizer
     torch.manual_seed(0)
-    ids = torch.randint(100, tokenizer.vocab_size - 100, (8, 256))
+    ids = torch.randint(100, tokenizer.vocab_size - 100, (BATCH, TOKENS))
     mask = torch.ones_like(ids)
     mask[::2, :16] = 0
     forward = lambda: model(input_ids=ids, attention_mask=mask, use_cache=False)
     forward()
-    gated = paired(model, forward, [], [GATED_NORM], repeats=6)
-    massive = paired(model, forward, [FIRST], [MASSIVE], repeats=6)
+    gated = paired(model, forward, [], [GATED_NORM], repeats=REPEATS)
+    massive = paired(model, forward, [FIRST], [MASSIVE], repeats=REPEATS)
     return {
         "forward s/batch (plain)": gated["wall", 0],
         "forward s/batch (GatedNorm r16, both norms, all layers)": gated["wall", 1],

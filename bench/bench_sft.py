@@ -19,6 +19,8 @@ from wemask_cli import WeMaskConfig, apply_wemask, remove_wemask
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = WeMaskConfig(mask_rate=0.3, me_layer=11, mode="aware")
 REPEATS = 16
+BATCH, MAX_LENGTH = 4, 128
+SMOKE = {"REPEATS": 1, "BATCH": 2, "MAX_LENGTH": 32}
 
 
 def build_trainer(tmp: str):
@@ -32,7 +34,7 @@ def build_trainer(tmp: str):
     loaded = load_model(None, dtype="float32")
     dataset, _ = load_training_data(SUPERVISED, str(ROOT / "data" / "sft_chat.jsonl"))
     args = SFTConfig(
-        output_dir=tmp, per_device_train_batch_size=4, max_length=128, learning_rate=1e-5, report_to="none",
+        output_dir=tmp, per_device_train_batch_size=BATCH, max_length=MAX_LENGTH, learning_rate=1e-5, report_to="none",
         save_strategy="no", disable_tqdm=True, seed=0, **hardware_defaults(SFTConfig),
     )
     return SFTTrainer(model=loaded.model, args=args, train_dataset=dataset, processing_class=loaded.tokenizer)

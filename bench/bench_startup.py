@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 REPEATS = 15
+SMOKE = {"REPEATS": 1}
+USES_EMBEDDED_MODEL = False
 BIN = Path(sys.executable).parent
 
 

@@ -11,7 +11,6 @@ ones.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import statistics
@@ -21,6 +20,8 @@ from importlib import resources
 PROMPTS = 8
 NEW_TOKENS = 16
 REPEATS = 10
+SMOKE = {"PROMPTS": 2, "NEW_TOKENS": 4, "REPEATS": 1}
+NEEDS = ("vllm",)
 CONFIG = dict(mask_rate=0.3, me_layer=11)
 
 
@@ -77,8 +78,6 @@ def masked_tokens(enforce_eager: bool, prompts) -> list[list[int]]:
 
 
 def run() -> dict:
-    if importlib.util.find_spec("vllm") is None:
-        return {"skipped": "vLLM is not installed (make install, or pip install wemask-cli[vllm])"}
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     os.environ["WEMASK_VLLM_ARM"] = "1"

@@ -3,6 +3,7 @@ mistyped flags refused at once with a suggestion, in every command, without impo
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -20,6 +21,8 @@ def test_dash_h_is_help_everywhere(command):
     short, long = wemask_without_torch(*command, "-h"), wemask_without_torch(*command, "--help")
     assert short.returncode == 0 and short.stdout == long.stdout and "Usage: wemask" in short.stdout, short.stderr
     assert "--help-trl" in short.stdout if command and command[0] in ("sft", "dpo", "grpo") else True
+    assert "<bool>" not in short.stdout  # a switch (--version, --overwrite, --use-peft/--no-use-peft, -h) takes no value
+    assert "<int>" in short.stdout if command == ("sft",) else True  # an option that takes one shows its type
 
 
 def test_version_needs_no_torch():
@@ -138,3 +141,20 @@ def test_env_and_run_records_find_vllms_cpu_build():
 
     found = library_versions(["vllm"])["vllm"]
     assert (found is not None) == (importlib.util.find_spec("vllm") is not None)
+
+
+@pytest.mark.parametrize("stage, typed, offered", [("sft", "--learning", "--learning-rate"), ("grpo", "--num-gen", "--num-generations"),
+                                                   ("sft", "--mask-r", "--mask-rate")])  # fmt: skip
+def test_completion_offers_trl_pass_through_flags(trl_flags_known, stage, typed, offered):
+    """`wemask sft --learning<TAB>` completes TRL's --learning-rate (bash's completion protocol, torch blocked)."""
+    env = {**os.environ, "_WEMASK_COMPLETE": "complete_bash", "COMP_WORDS": f"wemask {stage} {typed}", "COMP_CWORD": "2"}
+    done = subprocess.run([sys.executable, "-c", RUN_BLOCKED], capture_output=True, text=True, timeout=60, env=env)
+    offers = done.stdout.split()
+    assert done.returncode == 0 and offered in offers, done.stderr
+    assert all(flag.startswith(typed) and "_" not in flag for flag in offers) and len(offers) == len(set(offers))
+
+
+def test_help_trl_usage_names_the_command(monkeypatch, capsys):
+    code, out, _ = run_main(monkeypatch, capsys, "dpo", "--help-trl")
+    assert code == 0 and out.startswith("usage: wemask dpo "), out[:200]
+

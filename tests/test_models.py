@@ -229,3 +229,14 @@ def test_only_the_main_process_shows_the_conversion_bar(tmp_path, tiny_gguf):
                           text=True, timeout=300)
     assert done.returncode == 0 and len(list((tmp_path / "cache" / "models").iterdir())) == 1, done.stderr[-2000:]
     assert "GGUF tensors" not in done.stderr and "%|" not in done.stderr, done.stderr[-2000:]
+
+
+def test_a_gguf_conversion_writes_no_bar_into_a_log(monkeypatch, capfd, tmp_path, tiny_gguf):
+    """`wemask infer --model x.gguf` with stderr a file, not a terminal: transformers' "Converting and de-quantizing
+    GGUF tensors" bar would be one line of carriage returns there."""
+    from conftest import run_main
+
+    monkeypatch.setenv("WEMASK_CACHE", str(tmp_path / "cache"))
+    code, _, err = run_main(monkeypatch, capfd, "infer", "--model", tiny_gguf, "--prompt", "hi", "--max-new-tokens", "2")
+    assert code == 0 and (Path(resolve_source(tiny_gguf)) / "config.json").is_file(), err
+    assert "\r" not in err and "de-quantizing" not in err, err

@@ -131,3 +131,22 @@ def test_training_and_eval_sweeps_log_progress(monkeypatch, capsys, tiny_model_d
     assert code == 0, err
     done = [line for line in err.splitlines() if "(100%)" in line]
     assert len(done) == 2, err  # one per setting (r=0, r=1)
+
+
+def test_training_log_has_wemask_lines_only_and_rounded_losses(monkeypatch, capsys, tiny_model_dir, tmp_path):
+    """A real sft run logged (stderr not a terminal): no dict of transformers' printer ("{'loss': 1.3016403913497925,
+    ...}") beside wemask's lines, with --disable-tqdm too, and every loss wemask prints has 4 significant digits."""
+    import re
+
+    from conftest import run_main
+
+    data = Path(__file__).resolve().parent.parent / "data" / "sft_chat.jsonl"
+    for extra in ([], ["--disable-tqdm", "true"]):
+        code, out, err = run_main(monkeypatch, capsys, "sft", "--model", tiny_model_dir, "--output-dir", str(tmp_path / f"sft{len(extra)}"),
+                                  "--dataset", str(data), "--max-steps", "2", "--per-device-train-batch-size", "2", "--max-length", "32",
+                                  "--logging-steps", "1", "--report-to", "none", *extra)  # fmt: skip
+        assert code == 0, err
+        assert "{'loss'" not in out + err and "'train_runtime'" not in out + err, out + err
+        losses = re.findall(r"loss (-?[0-9][0-9.e+-]*)", err)
+        assert any("final loss" in line for line in err.splitlines()) and len(losses) >= 2, err
+        assert all(loss.rstrip(".") == f"{float(loss.rstrip('.')):.4g}" for loss in losses), losses

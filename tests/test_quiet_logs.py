@@ -61,3 +61,38 @@ def test_lm_eval_runs_print_no_git_complaint(monkeypatch, tmp_path, capfd):
     with quiet_git_hash():
         assert evaluator.get_git_commit_hash() is None
     assert capfd.readouterr().err == "" and evaluator.get_git_commit_hash.__module__ == "lm_eval.loggers.utils"
+
+
+def test_vllm_start_up_prints_no_warnings(tmp_path, tiny_tokenizer):
+    """(vllm env) `wemask infer --engine vllm` in a log: vLLM's start-up WARNING lines (about 15, some on stdout beside
+    the table) and its weight-loading bar stay out, the completions table stays."""
+    from conftest import make_tiny_model
+    from vllm_support import require_vllm
+
+    require_vllm()
+    model = make_tiny_model("llama", vocab_size=len(tiny_tokenizer), num_attention_heads=2, num_key_value_heads=2, head_dim=32)
+    model.save_pretrained(tmp_path / "tiny")
+    tiny_tokenizer.save_pretrained(tmp_path / "tiny")
+    env = {name: value for name, value in os.environ.items() if name != "VLLM_LOGGING_LEVEL"}  # vLLM's own default
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    args = [sys.executable, "-m", "wemask_cli", "infer", "--engine", "vllm", "--model", str(tmp_path / "tiny"), "-p", "Hi",
+            "--max-new-tokens", "2"]  # fmt: skip
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Completions" in done.stdout and "WARNING" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert "checkpoint shards" not in done.stderr, done.stderr
+
+
+def test_verbose_lets_vllm_start_up_at_its_own_level(monkeypatch, capsys):
+    """`wemask -v` shows every library line: vLLM's engines then log at vLLM's default (INFO), not wemask's ERROR."""
+    from conftest import run_main
+
+    users = os.environ.pop("VLLM_LOGGING_LEVEL", None)  # vLLM's own default, whatever this shell set
+    try:
+        code, _, err = run_main(monkeypatch, capsys, "-v", "env")
+        assert code == 0, err
+        assert os.environ.get("VLLM_LOGGING_LEVEL") == "INFO"
+    finally:  # what the command set stays out of the later tests
+        os.environ.pop("VLLM_LOGGING_LEVEL", None)
+        if users is not None:
+            os.environ["VLLM_LOGGING_LEVEL"] = users

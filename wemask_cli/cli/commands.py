@@ -18,6 +18,8 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 from typer.main import get_group
 
+from wemask_cli.cli.options import Command, SwitchesWithoutType
+
 RICH_MARKUP = "rich"
 STOP_WORDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)"}
 
@@ -59,10 +61,12 @@ def built(module, name: str | None = None) -> dict:
         module.register(app, name)
     for info in app.registered_commands:
         info.callback = interruptible(info.callback)
+        if info.cls in (None, TyperCommand):  # app.command's default: the class that shows switches without a type
+            info.cls = Command
     return dict(get_group(app).commands)
 
 
-class CommandGroup(TyperGroup):
+class CommandGroup(SwitchesWithoutType, TyperGroup):
     """The `wemask` group: its commands come from `modules` (in `wemask --help` order), the lazy ones built when
     resolved."""
 

@@ -1,10 +1,11 @@
-"""Option types shared by several commands (typer `Annotated` aliases)."""
+"""Option types shared by several commands (typer `Annotated` aliases), and how every command shows its switches."""
 
 from __future__ import annotations
 
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperCommand
 
 ModelOpt = Annotated[
     Optional[str],
@@ -54,6 +55,22 @@ TrustRemoteCodeOpt = Annotated[
     typer.Option("--trust-remote-code", help="Run the Python code the model ships (an auto_map in its config.json), as a run "
                  "trained with it needs; only for a source you trust. Off by default, and never asked on stdin."),
 ]
+
+
+class SwitchesWithoutType:
+    """A command (or group) whose switches (--overwrite, --use-peft/--no-use-peft, --help) show no `<bool>` in the help:
+    typer's rich help gives every option a type column, a switch takes no value."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        return params
+
+
+class Command(SwitchesWithoutType, TyperCommand):
+    """Every wemask command's class (cli/commands.py gives it to each command a cli module registers)."""
 
 
 def __getattr__(name: str):

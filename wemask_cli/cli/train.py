@@ -10,11 +10,10 @@ import typing
 from typing import Annotated, Optional
 
 import typer
-from typer.core import TyperCommand
 
 from wemask_cli.cli.commands import stopped
-from wemask_cli.cli.options import LayersOpt, MeLayerOpt, SelectOpt, StrengthOpt, TokensOpt
-from wemask_cli.commands.train import TrainOptions, alias_flags, trl_spellings
+from wemask_cli.cli.options import Command, LayersOpt, MeLayerOpt, SelectOpt, StrengthOpt, TokensOpt
+from wemask_cli.commands.train import TrainOptions, alias_flags, trl_completions, trl_spellings
 
 TRAIN_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
 TRAIN_EPILOG = (
@@ -116,12 +115,22 @@ def training_command(app: typer.Typer, spec) -> None:
     app.command(spec.name, cls=TrlSpellingCommand, context_settings=TRAIN_CONTEXT, epilog=TRAIN_EPILOG)(command)
 
 
-class TrlSpellingCommand(TyperCommand):
+class TrlSpellingCommand(Command):
     """A training command that also takes TRL's spellings of wemask's own options (see train/trl_vocabulary.py)."""
 
     def parse_args(self, ctx, args):
         own = {name for param in self.params for name in (*param.opts, *param.secondary_opts)}
         return super().parse_args(ctx, trl_spellings(args, own))
+
+    def shell_complete(self, ctx, incomplete):
+        """wemask's options, then TRL's that pass through (`wemask sft --learning<TAB>`: --learning-rate)."""
+        from click.shell_completion import CompletionItem
+
+        found = super().shell_complete(ctx, incomplete)
+        if incomplete.startswith("--"):
+            own = {item.value for item in found} | {name for param in self.params for name in (*param.opts, *param.secondary_opts)}
+            found += [CompletionItem(flag, help="TRL") for flag in trl_completions(self.name, incomplete) if flag not in own]
+        return found
 
 
 def summaries() -> dict[str, str]:

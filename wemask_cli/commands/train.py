@@ -15,7 +15,7 @@ from wemask_cli.train.trl_vocabulary import alias_flags, trl_spellings
 
 __all__ = [
     "StageSpec", "TrainOptions", "Training", "alias_flags", "builtin_specs", "plugin_stage_names", "run_training",
-    "stage_specs", "trl_spellings",
+    "stage_specs", "trl_completions", "trl_spellings",
 ]
 MASK_FLAGS = ("mask_rate", "me_layer", "select", "layers", "strength", "tokens")
 
@@ -53,3 +53,12 @@ def run_training(spec: StageSpec, options: dict, stage_options: dict, interventi
         return Training(trl_help=trl_help(stage))
     result = run(stage, settings, extra_args)
     return Training(stopped_by=result.stopped_by, checkpoint=result.checkpoint)
+
+
+def trl_completions(stage_name: str, incomplete: str) -> list[str]:
+    """TRL's options of the stage that start with `incomplete`, dashed (`--learning-rate`), for shell completion."""
+    from wemask_cli.train.trl_flags import trl_flags
+
+    spec = stage_specs(stage_name).get(stage_name)
+    flags = trl_flags(spec.trl_config) if spec is not None else None
+    return sorted(flag for flag in flags or () if "_" not in flag and flag.startswith(incomplete))

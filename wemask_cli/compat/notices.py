@@ -10,6 +10,7 @@ is restored when the command returns.
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,6 +55,7 @@ def drop_log_notices() -> None:
 
 
 def keep_log_notices() -> None:
-    """`wemask -v`: every library line shown again."""
+    """`wemask -v`: every library line shown again (vLLM's start-up too, unless VLLM_LOGGING_LEVEL says otherwise)."""
     for name in LOG_NOTICES:
         logging.getLogger(name).removeFilter(_FILTER)
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO")  # vLLM's default, which its engines started by wemask lower

@@ -9,11 +9,15 @@
   statistics apply (method/moe.py).
 - `Trainer._save_checkpoint(model, trial)`, which writes a checkpoint into `_get_output_dir(trial)`/checkpoint-N and
   rotates checkpoints there: wemask's staged saves wrap it (train/saving.py).
+- `transformers.modeling_gguf_pytorch_utils.tqdm`: the bar of a GGUF load ("Converting and de-quantizing GGUF
+  tensors..."), which a log receives as one line of carriage returns: a GGUF conversion shows it in a terminal only
+  (models/gguf_cache.py).
 """
 
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 
 from wemask_cli.compat import require
 
@@ -58,6 +62,21 @@ def stage_checkpoint_saves(trainer, save_checkpoint, output_dir) -> None:
     checkpoint_save(trainer)  # checked first
     trainer._save_checkpoint = save_checkpoint
     trainer._get_output_dir = lambda trial=None: output_dir()
+
+
+@contextmanager
+def gguf_bar_in_terminals_only():
+    """While a GGUF file loads, its tensors' bar shows only where stderr is a terminal (tqdm's `disable=None`)."""
+    from functools import partial
+
+    import transformers.modeling_gguf_pytorch_utils as gguf_loading
+
+    bar = require(LIBRARY, gguf_loading, "tqdm", verified=VERIFIED)
+    gguf_loading.tqdm = partial(bar, disable=None)
+    try:
+        yield
+    finally:
+        gguf_loading.tqdm = bar
 
 
 def check() -> None:

@@ -172,9 +172,12 @@ def convert(gguf: Path, target: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from wemask_cli.compat.transformers import gguf_bar_in_terminals_only
+
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     match_bos(tokenizer, gguf_add_bos(gguf), gguf.name)  # transformers < 5.24 ignores the file's flag
-    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    with gguf_bar_in_terminals_only():  # a log gets no line of carriage returns
+        quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = quantized.config
     del config.quantization_config
     config.name_or_path = str(target)

@@ -42,19 +42,20 @@ class _ArgError(Exception):
     pass
 
 
-def trl_parser(config_class):
-    """HfArgumentParser for the TRL config class; errors raise instead of exiting (we print one line)."""
+def trl_parser(config_class, prog: str | None = None):
+    """HfArgumentParser for the TRL config class (its usage line names `prog`); errors raise instead of exiting (we
+    print one line)."""
     from transformers import HfArgumentParser
 
     class Parser(HfArgumentParser):
         def error(self, message):  # argparse would print usage and exit 2 itself
             raise _ArgError(message)
 
-    return Parser(config_class, allow_abbrev=False)
+    return Parser(config_class, prog=prog, allow_abbrev=False)
 
 
 def trl_help(stage) -> str:
-    return trl_parser(stage.config_class()).format_help()
+    return trl_parser(stage.config_class(), prog=f"wemask {stage.name}").format_help()
 
 
 def explicit_trl_args(parser, extra_args: list[str], stage_name: str) -> dict:

@@ -262,7 +262,9 @@ def _save_final(trainer, saves, ctx: TrainContext, stage: Stage, record, output:
     with disk_errors(trainer, output):
         config, metrics = saves.save_final(write_records) or (config, None)
     if metrics is not None:
-        say(f"saved to {output} (final loss {metrics['final_loss']}, {metrics['global_step']} steps)")
+        from wemask_cli.train.steps import rounded
+
+        say(f"saved to {output} (final loss {rounded(metrics['final_loss'])}, {metrics['global_step']} steps)")
     return config, metrics
 
 

@@ -1,5 +1,6 @@
 """Training progress for logs: when stderr is not a terminal (TRL's tqdm bar is then unreadable), a plain line
-at every tenth of the run's steps (every step for ten or fewer), with the latest loss and an ETA."""
+at every tenth of the run's steps (every step for ten or fewer), with the latest loss (4 significant digits) and an
+ETA; transformers' own printing of each logged dict is left out (trainer_state.json and metrics.json keep them)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ import sys
 from transformers import TrainerCallback
 
 from wemask_cli.runtime.progress import LineProgress, lines
+
+
+def rounded(loss) -> str:
+    """A loss as wemask prints it: 4 significant digits ('1.302'); anything else (None) as it is."""
+    return f"{loss:.4g}" if isinstance(loss, (int, float)) else str(loss)
 
 
 class StepLines(TrainerCallback):
@@ -28,15 +34,16 @@ class StepLines(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.counter is not None:
-            self.counter.update(state.global_step, "" if self.loss is None else f"loss {self.loss:.4g}")
+            self.counter.update(state.global_step, "" if self.loss is None else f"loss {rounded(self.loss)}")
 
 
 def plain_logs(trainer, stream=None) -> None:
-    """In a log (stderr not a terminal) TRL's tqdm bar is one endless line of carriage returns: it gives way to
-    StepLines, and the logged losses are printed by transformers' PrinterCallback instead."""
+    """In a log (stderr not a terminal) TRL's tqdm bar is one endless line of carriage returns, and its printer
+    (--disable-tqdm) writes each logged dict ("{'loss': 1.3016403913497925, ...}") between wemask's lines: both give
+    way to StepLines."""
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     if (stream or sys.stderr).isatty():
         return
-    if trainer.pop_callback(ProgressCallback) is not None:
-        trainer.add_callback(PrinterCallback)
+    trainer.pop_callback(ProgressCallback)
+    trainer.pop_callback(PrinterCallback)

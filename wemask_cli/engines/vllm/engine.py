@@ -48,7 +48,8 @@ class VllmEngine(Engine):
         if not on_gpu:
             check_cpu_attention(model, source)
         with memory_override(memory), start_errors(source):
-            self.llm = vllm.LLM(model=source, dtype=dtype, seed=seed, enforce_eager=enforce_eager, **memory)
+            self.llm = vllm.LLM(model=source, dtype=dtype, seed=seed, enforce_eager=enforce_eager,
+                                use_tqdm_on_load=sys.stderr.isatty(), **memory)  # its loading bar: a terminal's only
         model_config = self.llm.llm_engine.model_config
         self.max_model_len, self.dtype = model_config.max_model_len, model_config.dtype
         self.versions = {"vllm": vllm.__version__}  # recorded in eval provenance

@@ -17,12 +17,12 @@ from wemask_cli.runtime.errors import WeMaskError
 
 VERIFIED_VERSIONS = (VERIFIED,)
 LOGGING_VARIABLE = "VLLM_LOGGING_LEVEL"
-QUIET_LEVEL = "WARNING"  # vLLM's start-up prints ~35 INFO lines; its warnings and errors stay
+QUIET_LEVEL = "ERROR"  # vLLM's start-up prints ~35 INFO and ~15 WARNING lines (on stdout too); its errors stay
 _warned: list[str] = []  # the unverified version already warned about in this process
 
 
 def require_vllm():
-    """The vllm module, or a VllmEngineError saying how to install it. wemask's own vLLM engines log at WARNING
+    """The vllm module, or a VllmEngineError saying how to install it. wemask's own vLLM engines log at ERROR
     unless the user set VLLM_LOGGING_LEVEL (read by vLLM when it is first imported, and by its child processes)."""
     user_level = os.environ.setdefault(LOGGING_VARIABLE, QUIET_LEVEL) != QUIET_LEVEL
     try:
