@@ -153,8 +153,10 @@ def planned(parsed, launch_args: list[str]) -> dict:
     if parsed.config_file is not None or os.path.isfile(default_config_file):
         try:
             config = load_config_from_file(parsed.config_file)
+        except FileNotFoundError:
+            raise WeMaskError(f"--config_file {parsed.config_file}: no such file; give an accelerate config file") from None
         except (OSError, ValueError) as err:
-            raise WeMaskError(f"--config_file {parsed.config_file}: {err}") from None
+            raise WeMaskError(f"--config_file {parsed.config_file}: not a readable accelerate config ({err})") from None
     kinds = {"cpu": "NO", "use_fsdp": "FSDP", "use_deepspeed": "DEEPSPEED", "multi_gpu": "MULTI_GPU"}
     kind = next((kind for flag, kind in kinds.items() if getattr(parsed, flag)), None)
     if kind is None:
