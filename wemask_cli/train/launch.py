@@ -72,7 +72,11 @@ def launch_names(own_flags, trl_flags) -> dict[str, bool]:
     from wemask_cli.compat.argparse import parser_actions
 
     names = dict(PRESET_NAMES)
-    for action in parser_actions(accelerate_parser()):
+    try:
+        actions = parser_actions(accelerate_parser())
+    except ImportError:  # accelerate (or torch) cannot be imported: nothing can launch, its flags are unknown ones
+        actions = []
+    for action in actions:
         names.update({name: action.nargs != 0 for name in action.option_strings})
     taken = (set(own_flags) - SHOWN_NAMES) | set(trl_flags) | WEMASK_SETS
     return {name: value for name, value in names.items() if name not in taken}
