@@ -136,6 +136,7 @@ def preset_args(launch_args: list[str]) -> list[str]:
 
 
 def trl_presets():
+    """TRL's preset files (trl/accelerate_configs)."""
     from importlib import resources
 
     return [item for item in resources.files("trl.accelerate_configs").iterdir() if item.name.endswith(".yaml")]
