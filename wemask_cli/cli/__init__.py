@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from wemask_cli.cli import env, infer, locate, merge, report, train
+from wemask_cli.cli import env, infer, launch, locate, merge, report, train
 from wemask_cli.cli import eval as eval_command
 from wemask_cli.cli.commands import CommandGroup, Interrupted, stopped
 from wemask_cli.runtime import ranks
@@ -107,7 +107,8 @@ def usage_error(err: Exception) -> None:
     if message:  # empty for a bare `wemask`, whose help is already printed
         ctx = getattr(err, "ctx", None)  # None for a missing option value: then the command is argv's first word
         command = ctx.command_path if ctx else " ".join(["wemask", *[a for a in sys.argv[1:2] if not a.startswith("-")]])
-        print(f"wemask: error: {message} (see '{command} --help')", file=sys.stderr)
+        launch_line = launch.not_here(getattr(err, "option_name", None), command)
+        print(f"wemask: error: {launch_line or message} (see '{command} --help')", file=sys.stderr)
 
 
 def _terminated(signum, frame) -> None:

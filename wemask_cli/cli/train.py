@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from wemask_cli.cli.commands import stopped
+from wemask_cli.cli.launch import LAUNCH_NOTE, launch_options
 from wemask_cli.cli.options import Command, LayersOpt, MeLayerOpt, SelectOpt, StrengthOpt, TokensOpt
 from wemask_cli.commands.train import TrainOptions, alias_flags, trl_completions, trl_spellings
 
@@ -22,9 +23,7 @@ TRAIN_EPILOG = (
     "--gradient-accumulation-steps 4 --num-train-epochs 1 --max-steps 100 --max-length 1024 --packing --bf16 "
     "--gradient-checkpointing --logging-steps 10 --save-steps 500 --report-to wandb --seed 0. "
     "--help-trl lists them all. Precedence: defaults < --config recipe.yaml < flags. Without CUDA the defaults are "
-    "use_cpu, no bf16, no gradient checkpointing; under accelerate launch the config's mixed_precision sets bf16/fp16. "
-    "Multi-GPU: accelerate launch -m wemask_cli sft ... or "
-    "torchrun --nproc_per_node N -m wemask_cli sft ..."
+    "use_cpu, no bf16, no gradient checkpointing; under accelerate launch the config's mixed_precision sets bf16/fp16. " + LAUNCH_NOTE
 )
 HelpTrlOpt = Annotated[bool, typer.Option("--help-trl", help="List every TRL option this command passes through, then exit.")]
 SHARED_MASK_OPTIONS = {"me_layer": MeLayerOpt, "select": SelectOpt, "layers": LayersOpt, "strength": StrengthOpt, "tokens": TokensOpt}
@@ -97,15 +96,18 @@ def training_command(app: typer.Typer, spec) -> None:
         own = [name for param in ctx.command.params for name in (*param.opts, *param.secondary_opts)]
         stage_options = {name: options.pop(name) for name in stage_flags}
         remedy_options = {name: options.pop(name) for name in remedy_flags}
-        done = run_training(spec, options, stage_options, remedy_options, ctx.args, own, help_trl)
+        launch_values = {name: options.pop(name) for name in launch_flags}
+        done = run_training(spec, options, stage_options, remedy_options, ctx.args, own, help_trl, launch_values)
         if done.trl_help is not None:
             print(done.trl_help)
         if done.stopped_by is not None:
             stopped(done.stopped_by, f"checkpoint saved to {done.checkpoint}; continue with the same command and --resume")
+        if done.exit_code:
+            raise typer.Exit(done.exit_code)
 
     keyword = inspect.Parameter.KEYWORD_ONLY
-    remedy_flags = intervention_flags()
-    flags = {**train_options(), **stage_flags, **remedy_flags}
+    remedy_flags, launch_flags = intervention_flags(), launch_options()
+    flags = {**train_options(), **stage_flags, **remedy_flags, **launch_flags}
     command.__signature__ = inspect.Signature(
         [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)]
         + [inspect.Parameter(name, keyword, default=None, annotation=flag) for name, flag in flags.items()]

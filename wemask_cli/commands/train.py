@@ -9,42 +9,49 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from wemask_cli.train.launch import SHOWN as SHOWN_LAUNCH_FLAGS
 from wemask_cli.train.options import TrainOptions
 from wemask_cli.train.stage_registry import StageSpec, builtin_specs, plugin_stage_names, stage_specs
 from wemask_cli.train.trl_vocabulary import alias_flags, trl_spellings
 
 __all__ = [
-    "StageSpec", "TrainOptions", "Training", "alias_flags", "builtin_specs", "plugin_stage_names", "run_training",
-    "stage_specs", "trl_completions", "trl_spellings",
+    "SHOWN_LAUNCH_FLAGS", "StageSpec", "TrainOptions", "Training", "alias_flags", "builtin_specs", "plugin_stage_names",
+    "run_training", "stage_specs", "trl_completions", "trl_spellings",
 ]
 MASK_FLAGS = ("mask_rate", "me_layer", "select", "layers", "strength", "tokens")
 
 
 @dataclass(frozen=True)
 class Training:
-    """What a training command did: printed TRL's options (`trl_help`), or trained (`stopped_by` a signal, SIGINT or
-    SIGTERM, after saving `checkpoint`)."""
+    """What a training command did: printed TRL's options (`trl_help`), trained (`stopped_by` a signal, SIGINT or
+    SIGTERM, after saving `checkpoint`), or launched the processes that trained (`exit_code`: theirs)."""
 
     trl_help: str | None = None
     stopped_by: int | None = None
     checkpoint: str | None = None
+    exit_code: int = 0
 
 
 def run_training(spec: StageSpec, options: dict, stage_options: dict, intervention_options: dict, extra_args: list[str],
-                 own_flags: list[str], help_trl: bool = False) -> Training:
+                 own_flags: list[str], help_trl: bool = False, launch_options: dict | None = None) -> Training:
     """Check the mask flags, TRL's pass-through flags, the data and the model (before torch is imported), then list
-    TRL's options (`help_trl`) or train the stage `spec` declares with the shared run."""
+    TRL's options (`help_trl`), start the run through accelerate (a launch flag given: train/launch.py), or train the
+    stage `spec` declares with the shared run."""
     from wemask_cli.mask_request.flags import MaskRequest
 
     MaskRequest.parse(*(options[name] for name in MASK_FLAGS))  # a typo answers before torch is imported
-    from wemask_cli.train.trl_flags import check_extra_args
+    from wemask_cli.train import launch
+    from wemask_cli.train.trl_flags import check_extra_args, trl_flags
 
+    launch_flags, extra_args = launch.launch_flags_in(launch_options or {}, extra_args, own_flags, trl_flags(spec.trl_config) or ())
     check_extra_args(extra_args, spec.name, spec.trl_config, own_flags)
     settings = TrainOptions(**options, stage_options=stage_options, intervention_options=intervention_options)
     if not help_trl:
         from wemask_cli.train.preflight import preflight
 
         preflight(spec, settings)  # the data and the model, before torch and TRL are imported
+    if launch_flags is not None and not help_trl:
+        return Training(exit_code=launch.launch(launch_flags))
     from wemask_cli.train.resolve import trl_help
     from wemask_cli.train.run import run
 

@@ -5,6 +5,7 @@ Data the commands read at run time, shipped inside the package and read with imp
     locate_prompts.jsonl        `wemask locate`'s default prompts
     eval/perplexity.txt, eval/choice.jsonl, eval/math.jsonl, eval/refusal.jsonl   `wemask eval`'s bundled sets
     environments.json           the versions of `make test`'s two environments (`wemask env` compares against them)
+    accelerate/*.yaml           the accelerate configs `--accelerate_config NAME` names (recipes/accelerate links here)
 
 Written by data/generate.py (edit the generator, not the files); environments.json by `make environments`.
 """
@@ -44,6 +45,13 @@ def as_file(name: str) -> Iterator[Path]:
     """A real file-system path to the bundled file while the block runs (for readers that need a path)."""
     with resources.as_file(path_of(name)) as path:
         yield path
+
+
+def accelerate_presets() -> dict[str, Traversable]:
+    """{name: file} of the bundled accelerate configs (ddp, fsdp, zero2, zero3)."""
+    folder = resources.files(__name__).joinpath("accelerate")
+    return {item.name.removesuffix(".yaml"): item for item in sorted(folder.iterdir(), key=lambda item: item.name)
+            if item.name.endswith(".yaml")}
 
 
 def tested_environments() -> dict[str, dict]:
