@@ -3,11 +3,12 @@ numbers for a prompt alone and inside a left- or right-padded batch."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
-from conftest import make_tiny_model
+from conftest import make_tiny_model, run_main
 
 from wemask_cli.method.diversity import NAMES, attention_entropy, collect_diversity, hidden_measures, mean_cosine, spectrum
 
@@ -63,3 +64,42 @@ def test_padded_batch_gives_the_numbers_of_each_prompt_alone(arch):
     assert not torch.isnan(alone.values["effective_rank_rest"][1]).any()
     assert torch.isnan(alone.values["cosine"][2]).all()  # the 1-token prompt has no pairs
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()), "hooks left behind"
+
+
+# ---------------------------------------------------------------- wemask eval --task diversity
+
+
+def test_eval_diversity_sweeps_the_real_mask(monkeypatch, capsys, tiny_model_dir, tmp_path):
+    out = tmp_path / "div"
+    code, stdout, err = run_main(
+        monkeypatch, capsys, "eval", "--model", tiny_model_dir, "--task", "diversity", "--limit", "4",
+        "--mask-rates", "0,0.5,1", "--me-layer", "1", "--per-layer", "--output", str(out),
+    )
+    assert code == 0, err
+    doc = json.loads((out / "metrics.json").read_text())
+    assert doc["primary_metric"] == "effective_rank_rest" and doc["unit"] == "prompts" and doc["n_examples"] == 4
+    assert doc["diversity"] == {"from_layer": 1, "from_layer_source": "the ME layer of the mask"}
+    rows = {(r["metric"], r["mask_rate"]): r for r in doc["results"]}
+    for name in NAMES:
+        assert rows[name, 0.0]["n"] >= 3 and rows[name, 0.0]["se"] is not None, name
+    layers = 4  # the tiny model's
+    for layer in range(layers):
+        r0, r1 = rows[f"effective_rank_rest@{layer}", 0.0], rows[f"effective_rank_rest@{layer}", 1.0]
+        if layer < 1:  # before the mask's first layer nothing changes
+            assert r1["value"] == pytest.approx(r0["value"], abs=1e-9) and r1["delta"] == pytest.approx(0, abs=1e-9)
+        else:
+            assert r1["value"] != pytest.approx(r0["value"], abs=1e-6)
+    assert rows["attention_entropy@1", 1.0]["value"] != pytest.approx(rows["attention_entropy@1", 0.0]["value"], abs=1e-6)
+    examples = [json.loads(line) for line in (out / "examples.jsonl").read_text().splitlines()]
+    assert len(examples) == 12 and len(examples[0]["effective_rank_rest"]) == layers
+    assert "effective_rank_rest@3" in stdout and "attention_entropy@0" in stdout  # every column readable
+    code, _, err = run_main(monkeypatch, capsys, "report", str(out), "--json", str(tmp_path / "r.json"), "--no-plot")
+    assert code == 0, err
+    merged = json.loads((tmp_path / "r.json").read_text())
+    assert {r["mask_rate"] for r in merged if r["metric"] == "diversity/effective_rank_rest"} == {0.0, 0.5, 1.0}
+
+
+def test_eval_diversity_refuses_a_layer_the_model_lacks(monkeypatch, capsys, tiny_model_dir, tmp_path):
+    code, _, err = run_main(monkeypatch, capsys, "eval", "--model", tiny_model_dir, "--task", "diversity", "--limit", "2",
+                            "--from-layer", "9", "--output", str(tmp_path / "o"))
+    assert code == 2 and "--from-layer 9 is not a layer of this model: give 0 to 3" in err
