@@ -103,3 +103,35 @@ def test_eval_diversity_refuses_a_layer_the_model_lacks(monkeypatch, capsys, tin
     code, _, err = run_main(monkeypatch, capsys, "eval", "--model", tiny_model_dir, "--task", "diversity", "--limit", "2",
                             "--from-layer", "9", "--output", str(tmp_path / "o"))
     assert code == 2 and "--from-layer 9 is not a layer of this model: give 0 to 3" in err
+
+
+@pytest.mark.embedded
+def test_mask_changes_diversity_from_the_me_layer_on_and_not_before(embedded):
+    from wemask_cli import WeMaskConfig
+    from wemask_cli.engines.transformers import TransformersEngine
+    from wemask_cli.eval.settings import EvalSettings
+    from wemask_cli.eval.sweep import run_sweep, wemask_axis
+    from wemask_cli.eval.tasks.registry import task_class
+    from wemask_cli.eval.tasks.resolve import resolve
+    from wemask_cli.method.wemask_hook import masked_layers
+    from wemask_cli.prompts.rendering import context_length
+
+    me = 11
+    settings = resolve(EvalSettings(task="diversity", window=128, batch_size=8, options={"per_layer": True}))
+    task = task_class("diversity")(settings)
+    prepared = task.prepare(embedded.tokenizer, task.load(), context_length(embedded.model))
+    configs = [WeMaskConfig(mask_rate=r, me_layer=me) for r in (0.0, 0.3, 1.0)]
+    task.plan(configs)
+    sweep = run_sweep(TransformersEngine(embedded), [wemask_axis(configs)], task, prepared, settings, 8)
+    assert masked_layers(embedded.model) == [] and task.start == (me, "the ME layer of the mask")
+    rows = {(r["metric"], r["mask_rate"]): r for r in sweep.results}
+    for name in NAMES:
+        for layer in range(30):
+            base, masked = rows[f"{name}@{layer}", 0.0]["value"], rows[f"{name}@{layer}", 1.0]["value"]
+            if layer < me:
+                assert masked == pytest.approx(base, rel=1e-6, abs=1e-9), (name, layer)
+            elif name != "sink_mass" or layer > me:
+                assert masked != pytest.approx(base, rel=1e-4, abs=1e-6), (name, layer)
+    shown = {f"{name} r={r:g}": round(rows[name, r]["value"], 4) for name in NAMES for r in (0.0, 0.3, 1.0)}
+    print(shown)
+    assert rows["effective_rank_rest", 1.0]["delta"] != 0 and rows["effective_rank_rest", 1.0]["delta_se"] > 0
