@@ -66,10 +66,14 @@ class DiversityTask(Task):
             prompts = [line.strip() for line in text_lines(source.text) if line.strip()][: s.limit]
             return source.data(self.name, rows=[{"prompt": p} for p in prompts], fields={"text": "(text lines)"})
         rows, labels = source.rows[: s.limit], source.labels[: s.limit]
-        name = pick_field(rows, s.text_field, self.columns["text"], "--text-field", source.where)
-        prompts = [{"prompt": require_text(column_value(row, name), name, label, source.where, messages=True)}
-                   for row, label in zip(rows, labels)]
-        return source.data(self.name, rows=prompts, fields={"text": name})
+        if s.text_field:  # else each row's first column of `columns` that it has (locate's text or messages rows)
+            pick_field(rows, s.text_field, self.columns["text"], "--text-field", source.where)
+        names = [s.text_field] if s.text_field else list(self.columns["text"])
+        prompts = []
+        for row, label in zip(rows, labels):
+            name = next((n for n in names if column_value(row, n) not in (None, "")), names[0])
+            prompts.append({"prompt": require_text(column_value(row, name), name, label, source.where, messages=True)})
+        return source.data(self.name, rows=prompts, fields={"text": "/".join(names)})
 
     def prepare(self, tokenizer, data: EvalData, max_positions: int | None) -> Prepared:
         from wemask_cli.prompts.rendering import encode
@@ -81,6 +85,7 @@ class DiversityTask(Task):
     def evaluate(self, model, tokenizer, prepared, seed, batch_size, advance) -> Scored:
         from wemask_cli.method.batch import pad_id_of
         from wemask_cli.method.diversity import NAMES, collect_diversity
+        from wemask_cli.method.locate import plain
 
         rows, ids = prepared.payload
         stats = collect_diversity(model.module, ids, batch_size=batch_size, pad_id=pad_id_of(tokenizer), progress=advance)
@@ -130,8 +135,3 @@ def prompt_mean(items: list[float]):
     metric = mean_metric(kept) if kept else mean_metric([math.nan])
     metric.pairable = len(kept) == len(items)  # paired changes need the same prompts on both sides
     return metric, len(kept)
-
-
-def plain(value: float) -> float | None:
-    """JSON's value: NaN (undefined) as null."""
-    return value if math.isfinite(value) else None
