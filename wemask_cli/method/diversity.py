@@ -9,7 +9,7 @@ excluded (`<name>_rest`):
   query rows. Excluded: the query rows after the first token, each renormalised over the keys after it (the
   entropy of what a query reads besides the sink).
 `sink_mass` (metrics.sink_mass) sits beside them. NaN where a value is undefined (one token; no spread to centre).
-Prompts stream through the decoder in padded batches, with eager attention (collect.eager_attention), and hooks
+Prompts stream through the decoder in padded batches with eager attention (collect.run_batches), and hooks
 reduce each layer at once, so memory does not grow with the number of prompts.
 """
 
@@ -23,9 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from wemask_cli.method.arch import LayerParts, base_model, resolve_layers
-from wemask_cli.method.batch import pad, positions_of
-from wemask_cli.method.collect import batches, eager_attention
+from wemask_cli.method.arch import LayerParts, resolve_layers
+from wemask_cli.method.collect import run_batches
 from wemask_cli.method.metrics import Tokens, sink_mass
 
 MEASURES = ("cosine", "effective_rank", "participation_ratio", "attention_entropy")
@@ -129,28 +128,18 @@ class DiversityRecorder:
 
 
 @torch.no_grad()
-def collect_diversity(
-    model: nn.Module,
-    token_ids: Sequence[Sequence[int]],
-    *,
-    batch_size: int = 8,
-    pad_id: int = 0,
-    padding_side: str = "right",
-    progress: Callable[[int], None] | None = None,
-) -> DiversityStats:
+def collect_diversity(model: nn.Module, token_ids: Sequence[Sequence[int]], *, batch_size: int = 8, pad_id: int = 0,
+                      padding_side: str = "right", progress: Callable[[int], None] | None = None) -> DiversityStats:
     """Stream the prompts (lists of token ids, each non-empty) through the decoder, with whatever hooks the model
     carries (a WeMask mask included); return every measure per prompt and layer."""
     parts = resolve_layers(model)
     stats = DiversityStats.empty(len(token_ids), len(parts))
-    decoder = base_model(model).get_decoder()
-    device = next(model.parameters()).device
     recorder = DiversityRecorder(parts, stats)
-    with eager_attention(model), recorder.installed():
-        for rows in batches(token_ids, batch_size):
-            ids, mask = pad([token_ids[i] for i in rows], pad_id, padding_side)
-            ids, mask = ids.to(device), mask.to(device)
-            recorder.rows, recorder.tokens = list(rows), Tokens.from_mask(mask)
-            decoder(input_ids=ids, attention_mask=mask, position_ids=positions_of(mask), use_cache=False)
-            if progress is not None:
-                progress(len(rows))
+
+    def start(rows: list[int], mask: torch.Tensor) -> None:
+        recorder.rows, recorder.tokens = list(rows), Tokens.from_mask(mask)
+
+    with recorder.installed():
+        run_batches(model, token_ids, start, batch_size=batch_size, pad_id=pad_id, padding_side=padding_side,
+                    progress=progress)
     return stats
