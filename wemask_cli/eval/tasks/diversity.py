@@ -83,14 +83,15 @@ class DiversityTask(Task):
         return Prepared(len(ids), max(map(len, ids)), (data.rows, ids), ids[:CALIBRATION])
 
     def evaluate(self, model, tokenizer, prepared, seed, batch_size, advance) -> Scored:
+        from wemask_cli.method.arch import resolve_layers
         from wemask_cli.method.batch import pad_id_of
         from wemask_cli.method.diversity import NAMES, collect_diversity
         from wemask_cli.method.locate import plain
 
         rows, ids = prepared.payload
-        stats = collect_diversity(model.module, ids, batch_size=batch_size, pad_id=pad_id_of(tokenizer), progress=advance)
-        layers = next(iter(stats.values.values())).shape[1]
+        layers = len(resolve_layers(model.module))
         start = self.first_layer(model.module, ids, batch_size, pad_id_of(tokenizer), layers)
+        stats = collect_diversity(model.module, ids, batch_size=batch_size, pad_id=pad_id_of(tokenizer), progress=advance)
         metrics, n = {}, {}
         for name in NAMES:
             values = stats.values[name]
