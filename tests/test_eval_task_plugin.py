@@ -62,7 +62,7 @@ def test_the_plugin_task_runs_writes_its_outputs_and_reports(site, tmp_path, tin
 
 def test_a_flag_the_plugin_task_does_not_declare_is_refused_by_its_declarations(site):
     done = wemask(site, "eval", "--task", "toy-length", "--window", "32", blocked=True)
-    assert done.returncode == 2 and "--window applies to the perplexity task, not to toy-length" in done.stderr, done.stderr
+    assert done.returncode == 2 and "--window applies to the perplexity and diversity tasks, not to toy-length" in done.stderr, done.stderr
 
 
 def test_a_broken_plugin_is_one_warning_and_the_builtin_tasks_work(tmp_path):
@@ -78,7 +78,7 @@ def test_builtin_task_declarations_drive_the_settings_checks():
         assert cls.name == name and cls.primary is not None and set(cls.flags) <= set(registry.TASK_FLAGS), name
     with pytest.raises(Exception, match="--choices-field applies to the choice task, not to math"):
         resolve(EvalSettings(task="math", choices_field="opts"))
-    with pytest.raises(Exception, match="--text-field applies to the perplexity task, not to refusal"):
+    with pytest.raises(Exception, match="--text-field applies to the perplexity and diversity tasks, not to refusal"):
         resolve(EvalSettings(task="refusal", text_field="body"))
 
 

@@ -13,6 +13,7 @@ from conftest import make_tiny_model, run_main
 
 from wemask_cli.method import locate as method
 from wemask_cli.method.arch import resolve_layers
+from wemask_cli.method.diversity import NAMES as DIVERSITY
 from wemask_cli.method.locate import (
     PromptStats,
     Tokens,
@@ -296,7 +297,7 @@ def test_embedded_degenerate_prompts_do_not_break_detection(embedded):
 
 REPORT_KEYS = {"model", "model_type", "num_layers", "layer_indexing", "me_layer", "confidence", "agreement", "jump",
                "me_layer_metrics", "earlier_rises", "metric_peaks", "residual_sink_dims", "verdict", "settings",
-               "prompts", "layers", "mask_rates", "massive_tokens", "interventions", "routing"}  # fmt: skip
+               "prompts", "layers", "diversity", "mask_rates", "massive_tokens", "interventions", "routing"}  # fmt: skip
 LAYER_KEYS = {"layer", "first_norm", "other_norm", "first_over_other", "step", "max_abs", "max_abs_prompt", "max_abs_token",
               "max_abs_dim", "norm_magnification", "delta_frac", "delta_kl", "delta_c_up", "delta_c_gate", "delta_c_down",
               "ffn_magnification", "ffn_share", "first_token_cosine", "sink_mass", "ffn_norm_weight_mean_abs",
@@ -323,6 +324,8 @@ def test_cli_on_a_tiny_model_reports_no_me_layer(monkeypatch, capsys, tmp_path, 
     report = json.loads(out_json.read_text())
     assert set(report) == REPORT_KEYS and set(report["layers"][0]) == LAYER_KEYS
     assert report["me_layer"] is None and report["layer_indexing"] == "0-based" and report["mask_rates"] == []
+    assert [r["layer"] for r in report["diversity"]] == [0, 1, 2, 3] and set(report["diversity"][0]) == {"layer", *DIVERSITY}
+    assert report["diversity"][0]["cosine"] is not None and report["diversity"][0]["effective_rank_rest"] > 0
     assert [p["tokens"] > 0 for p in report["prompts"]] == [True] * 3
     assert "No ME layer found" in out and "0-based" in out and "--mask-rate was not measured" in err
     check_png(out_png)
@@ -398,6 +401,9 @@ def test_cli_on_the_embedded_model_with_mask_rates(monkeypatch, capsys, tmp_path
     masked, plain = run["mean_sink_mass_after_me"], run["unmasked_mean_sink_mass_after_me"]
     assert 0 < masked < plain, "WeMask should weaken the attention sink without removing it"
     assert len(run["sink_mass"]) == 30
+    for layer in (EMBEDDED_ME - 1, EMBEDDED_ME):  # the mask changes the measures from the ME layer on, not before
+        changed = run["diversity"][layer]["effective_rank_rest"] != report["diversity"][layer]["effective_rank_rest"]
+        assert changed == (layer >= EMBEDDED_ME), layer
     check_png(out_png)
 
 

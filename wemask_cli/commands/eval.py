@@ -172,6 +172,7 @@ def evaluate(request: EvalRequest, task, data):
         engine, configs = kind.load(EngineRequest(request.model, request.dtype, request.mask, request.base_quantization,
                                                   request.trust_remote_code, memory=request.vllm_memory))
     prepared = task.prepare(engine.tokenizer, data, engine.context_length())
+    task.plan(configs)
     trained = training_summary(engine.source)
     axes = [wemask_axis(configs, trained and trained["metrics"])] + quantize_axes(request, prepared)
     settings = task.settings

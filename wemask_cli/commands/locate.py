@@ -6,7 +6,8 @@ layer: the branch writing most of the jump, attention / FFN or routed experts / 
 routing (MoE models: per MoE layer, the first token's experts and how concentrated they are; null otherwise),
 me_layer_metrics (that layer's record), earlier_rises, metric_peaks, residual_sink_dims, verdict, settings,
 prompts (one record per prompt: index, preview, tokens, first_token_is_bos, degenerate, me_layer), layers (one
-record per layer), mask_rates (one record per --mask-rate), massive_tokens (see method/massive_tokens.py; null without an ME
+record per layer), diversity (per layer: method/diversity.py's measures averaged over the prompts), mask_rates (one
+record per --mask-rate, its diversity included), massive_tokens (see method/massive_tokens.py; null without an ME
 layer), interventions (the saved ones re-installed on load).
 """
 
@@ -24,6 +25,8 @@ from wemask_cli.method import locate as method
 from wemask_cli.method import massive_tokens as massive
 from wemask_cli.method.arch import model_type, resolve_layers
 from wemask_cli.method.config import WeMaskConfig
+from wemask_cli.method.diversity import NAMES as DIVERSITY
+from wemask_cli.method.diversity import collect_diversity
 from wemask_cli.method.wemask_hook import apply_wemask, remove_wemask
 from wemask_cli.models.bos import starts_with_bos
 from wemask_cli.models.loading import LoadedModel
@@ -105,11 +108,20 @@ def sink_dims(layers: list[dict]) -> list[dict]:
     return sorted(summary, key=lambda s: -s["layers"])
 
 
+def diversity_layers(model, ids: list, batch_size: int, pad_id: int) -> list[dict]:
+    """Per layer, each diversity measure (method/diversity.py) averaged over the prompts where it is defined."""
+    values = collect_diversity(model, ids, batch_size=batch_size, pad_id=pad_id).values
+    layers = next(iter(values.values())).shape[1]
+    return [{"layer": l, **{name: method.plain(values[name][:, l].nanmean()) for name in DIVERSITY}} for l in range(layers)]
+
+
 def masked_run(loaded: LoadedModel, ids: list, me_layer: int, rate: float, base: list[dict], **collect) -> dict:
-    """Sink mass and cross-prompt cosine per layer with WeMask at `rate` from the ME layer, against unmasked."""
+    """Sink mass, cross-prompt cosine and the diversity measures per layer with WeMask at `rate` from the ME layer,
+    against unmasked."""
     apply_wemask(loaded.model, WeMaskConfig(mask_rate=rate, me_layer=me_layer))
     try:
         stats = method.collect_stats(loaded.model, ids, **collect)
+        diversity = diversity_layers(loaded.model, ids, collect["batch_size"], collect["pad_id"])
     finally:
         remove_wemask(loaded.model)
     records = method.layer_records(stats, resolve_layers(loaded.model))
@@ -128,6 +140,7 @@ def masked_run(loaded: LoadedModel, ids: list, me_layer: int, rate: float, base:
         "mean_cosine_after_me": mean_after(records, "first_token_cosine"),
         "unmasked_mean_cosine_after_me": mean_after(base, "first_token_cosine"),
         "first_norm": [r["first_norm"] for r in records],
+        "diversity": diversity,
     }
 
 
@@ -189,6 +202,7 @@ def run_locate(
         },  # fmt: skip
         "prompts": prompt_records(loaded.tokenizer, prompts, ids, result),
         "layers": layers,
+        "diversity": diversity_layers(loaded.model, ids, batch_size, collect["pad_id"]),
         "mask_rates": [],
         "massive_tokens": None if me is None else massive.massive_tokens(norms, ids, loaded.tokenizer, me),
         "interventions": loaded.installed.describe() if getattr(loaded, "installed", None) else [],

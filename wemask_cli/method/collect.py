@@ -274,19 +274,31 @@ def collect_stats(
     stats = PromptStats.empty(len(token_ids), len(parts), hidden_size(parts))
     stats.lengths = torch.tensor([len(ids) for ids in token_ids])
     stats.degenerate = torch.tensor([is_degenerate(ids) for ids in token_ids], dtype=torch.bool)
+    recorder = Recorder(parts, stats)
+
+    def start(rows: list[int], mask: torch.Tensor) -> None:
+        recorder.rows, recorder.tokens = torch.tensor(rows), Tokens.from_mask(mask)
+        recorder.normed.clear()
+        recorder.branch.clear()
+        recorder.branches.clear()
+
+    with recorder.installed():
+        run_batches(model, token_ids, start, batch_size=batch_size, pad_id=pad_id, padding_side=padding_side,
+                    progress=progress)
+    return stats
+
+
+def run_batches(model: nn.Module, token_ids: Sequence[Sequence[int]], start: Callable[[list[int], torch.Tensor], None],
+                *, batch_size: int, pad_id: int, padding_side: str, progress: Callable[[int], None] | None) -> None:
+    """The prompts through the decoder in padded batches with eager attention; `start(rows, mask)` before each forward
+    (the prompts' indices, the batch's attention mask), `progress(k)` after it."""
     decoder = base_model(model).get_decoder()
     device = next(model.parameters()).device
-    recorder = Recorder(parts, stats)
-    with eager_attention(model), recorder.installed():
+    with eager_attention(model):
         for rows in batches(token_ids, batch_size):
             ids, mask = pad([token_ids[i] for i in rows], pad_id, padding_side)
             ids, mask = ids.to(device), mask.to(device)
-            recorder.rows = torch.tensor(rows)
-            recorder.tokens = Tokens.from_mask(mask)
+            start(rows, mask)
             decoder(input_ids=ids, attention_mask=mask, position_ids=positions_of(mask), use_cache=False)
-            recorder.normed.clear()
-            recorder.branch.clear()
-            recorder.branches.clear()
             if progress is not None:
                 progress(len(rows))
-    return stats

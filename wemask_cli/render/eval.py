@@ -45,14 +45,16 @@ def eval_tables(document: dict, width: int = 80) -> list[Table]:
 
 
 def _fits(table: Table, width: int) -> bool:
-    """Whether rich renders `table` in `width` columns without cutting a word ('…')."""
+    """Whether rich renders `table` in `width` columns without cutting a word ('…') or squeezing a column out (a
+    header word missing)."""
     import io
 
     from rich.console import Console
 
     console = Console(width=width, file=io.StringIO(), record=True)
     console.print(table)
-    return "…" not in console.export_text()
+    text = console.export_text()
+    return "…" not in text and all(word in text for column in table.columns for word in str(column.header).split())
 
 
 def eval_table(document: dict, metrics: list[str] | None = None, *, secondary: bool = False, title: str | None = None) -> Table:

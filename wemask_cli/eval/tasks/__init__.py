@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from wemask_cli.eval.tasks.base import Prepared, Scored, Task, TaskFlag
 from wemask_cli.eval.tasks.choice import ChoiceTask
+from wemask_cli.eval.tasks.diversity import DiversityTask
 from wemask_cli.eval.tasks.lm_eval import LmEvalTask
 from wemask_cli.eval.tasks.math import MathTask
 from wemask_cli.eval.tasks.perplexity import PerplexityTask
@@ -13,5 +14,5 @@ from wemask_cli.eval.tasks.refusal import REFUSAL_PATTERNS, RefusalTask, refusal
 from wemask_cli.eval.tasks.registry import register, task_class, tasks
 from wemask_cli.eval.tasks.resolve import resolve
 
-__all__ = ["REFUSAL_PATTERNS", "ChoiceTask", "LmEvalTask", "MathTask", "PerplexityTask", "Prepared", "RefusalTask", "Scored",
+__all__ = ["REFUSAL_PATTERNS", "ChoiceTask", "DiversityTask", "LmEvalTask", "MathTask", "PerplexityTask", "Prepared", "RefusalTask", "Scored",
            "Task", "TaskFlag", "refusal_match", "register", "resolve", "task_class", "tasks"]

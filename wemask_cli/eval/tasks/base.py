@@ -131,6 +131,9 @@ class Task:
         """More top-level entries of metrics.json (after the run)."""
         return {}
 
+    def plan(self, configs: list) -> None:
+        """Told, before the sweep runs, the WeMask configs it will run (None: no mask), in order."""
+
     def load(self) -> EvalData:
         raise NotImplementedError
 

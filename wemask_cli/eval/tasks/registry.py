@@ -18,7 +18,7 @@ __all__ = ["TASKS", "TASK_FLAGS", "accepting", "applies_to", "declaring", "regis
            "tasks"]
 
 SETTINGS = {field.name for field in fields(EvalSettings)}  # the generic eval settings: no option takes their names
-BUILTIN = ("perplexity", "choice", "math", "refusal", "lm_eval")  # modules of this package, in listing order
+BUILTIN = ("perplexity", "choice", "math", "refusal", "diversity", "lm_eval")  # modules of this package, in listing order
 
 
 def check_declaration(cls: type[Task]) -> None:
