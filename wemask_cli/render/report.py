@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.table import Table
 
 from wemask_cli.render.common import fitting, format_metric, is_percent, log_y_axis, pyplot, readable_ylim, save_figure, use_log_axis
+from wemask_cli.render.eval import significance_cell
 
 LABELS = ("setting", "r", "runs")
 MAX_POINTS = 30  # rows (setting and rate) a table shows; the rest are counted, and all are in --csv/--json
@@ -90,8 +91,6 @@ def cell(row: dict | None) -> str:
 def paired_note(row: dict) -> str:
     """An eval point's paired change from r = 0 below its value, its 95% interval and p-value on two short lines
     ('\n[-0.8, +1.2]\np=0.41 vs r=0'), else ''."""
-    from wemask_cli.render.eval import significance_cell
-
     if row.get("p_value") is None:
         return ""
     low, high = row.get("paired_ci95_low"), row.get("paired_ci95_high")
