@@ -4,6 +4,7 @@ Each DIR contributes its own metrics.json and those of its immediate sub-directo
 written inside a training run is found too); a DIR without any is skipped with one line. Two layouts are read:
 - eval (wemask_cli/eval): a `results` list of {mask_rate, mode, quantize, seed, metric, value, se, n}; seeds are
   averaged (mean, std across seeds). Metric names become `<task>/<metric>` (`perplexity` stays `perplexity`).
+  Its `summary` adds the paired change from r = 0 (PAIRED_COLUMNS: delta, the bootstrap 95% interval, p-value, test).
 - a training run (sft, dpo, grpo): a flat object with `stage`, `mode`, `mask_rate` and numeric metrics, top level
   or under `metrics` (one level of nested dicts is flattened as `parent/key`); bookkeeping numbers (seed, steps,
   epoch, throughput, ...) are not metrics. Its wemask_run.json adds the settings metrics.json lacks.
@@ -35,7 +36,9 @@ NOT_METRICS = {
     "dropped_examples",
 }
 SETTING_COLUMNS = ["mode", "training", "quantize", "model", "train_data", "data", "eval_data", "peft", "ref_mask", "remedies"]
-COLUMNS = ["run", "stage", "task", "line", *SETTING_COLUMNS, "seed", "mask_rate", "metric", "value", "std", "se", "seeds", "n"]
+PAIRED_COLUMNS = ["delta", "paired_ci95_low", "paired_ci95_high", "p_value", "test"]  # an eval's change from r = 0
+COLUMNS = ["run", "stage", "task", "line", *SETTING_COLUMNS, "seed", "mask_rate", "metric", "value", "std", "se", "seeds", "n",
+           *PAIRED_COLUMNS]
 
 
 def find_metrics(directory: Path) -> list[Path]:
@@ -88,6 +91,7 @@ def eval_rows(document: dict, path: Path) -> list[tuple[dict, dict]]:
     if not groups:
         raise WeMaskError(f"{path}: its 'results' hold no numeric metric values")
     me_layer = next((r["me_layer"] for r in results if r.get("me_layer") is not None), None)  # the run's (r=0 has none)
+    paired = paired_changes(document)
     pairs = []
     for (rate, _mode, quantize, metric), found in groups.items():
         values = [r["value"] for r in found]
@@ -96,9 +100,23 @@ def eval_rows(document: dict, path: Path) -> list[tuple[dict, dict]]:
         settings = eval_settings(document, rate, quantize, me_layer)
         row = {"mask_rate": rate, "seed": settings["seed"], "metric": name, "value": statistics.fmean(values),
                "std": statistics.stdev(values) if len(values) > 1 else 0.0, "se": statistics.fmean(ses) if ses else None,
-               "seeds": len(values), "n": found[0].get("n")}  # fmt: skip
+               "seeds": len(values), "n": found[0].get("n"),
+               **paired.get((rate, mode, quantize, metric), dict.fromkeys(PAIRED_COLUMNS))}  # fmt: skip
         pairs.append((settings, row))
     return pairs
+
+
+def paired_changes(document: dict) -> dict[tuple, dict]:
+    """An eval summary's paired changes from r = 0 by (rate, mode, quantization, metric), as PAIRED_COLUMNS."""
+    changes = {}
+    for entry in document.get("summary") or []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("p_value"), (int, float)):
+            continue
+        interval = entry.get("paired_ci95") if isinstance(entry.get("paired_ci95"), list) else [None, None]
+        key = (entry.get("mask_rate", document.get("mask_rate")), entry.get("mode", document.get("mode")) or "",
+               entry.get("quantize") or "none", entry.get("metric"))
+        changes[key] = dict(zip(PAIRED_COLUMNS, [entry.get("delta"), *interval[:2], entry["p_value"], entry.get("test")]))
+    return changes
 
 
 def flat_metrics(document: dict) -> dict[str, float]:
@@ -189,6 +207,7 @@ def points(rows: list[dict]) -> list[dict]:
             **found[0], "value": statistics.fmean(means), "std": statistics.stdev(means) if seeds else found[0]["std"] if own else 0.0,
             "se": found[0]["se"] if len(found) == 1 else None, "runs": [r["run"] for r in found],
             "spread": "seeds" if seeds or own else None, "duplicates": len(found) - len(means),
+            **({} if len(found) == 1 else dict.fromkeys(PAIRED_COLUMNS)),  # a paired test belongs to one run
         })  # fmt: skip
     return merged
 

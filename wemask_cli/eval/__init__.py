@@ -8,7 +8,7 @@
                    (`@register`, entry-point group `wemask.eval_tasks`)
 - scoring.py       log-likelihoods: token log-probs, rolling windows, options sharing their context, batch size auto
 - generation.py    batched, seeded generation with left truncation (math, refusal)
-- stats.py         Metric, standard errors (n - 1), paired changes, summaries over seeds
+- stats.py         Metric, standard errors (n - 1), paired changes and their tests, summaries over seeds
 - sweep.py         axes and settings (mask rate; quantization), the one-load sweep over every variant
 - document.py      metrics.json, results.csv, examples.jsonl and their provenance
 - quantize/        the quantization axis (simulated W8A8 / W4A8 / W4A4 / FP4; schemes.py registers them)

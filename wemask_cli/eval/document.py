@@ -6,12 +6,17 @@ metrics.json (`wemask report` reads it):
      "mode": "plain" | "aware" | "free" | "" | null, "mask_rates": [0.0, 0.3], "mask_rate": null, "axes": ["mask_rate", ...],
      "primary_metric": "accuracy", "deltas": {"delta": "mask_rate=0", ...} (what each change is measured against),
      "results": [{"mask_rate": 0.3, "mode": "free", "me_layer": 5, (other axes' labels,) "seed": 0, "metric": "accuracy",
-                  "value": 0.41, "se": 0.06 (null with one unit), "n": 60, "delta": 0.02, "delta_se": 0.01}, ...],
-     "summary": [{labels..., "metric", "mean", "std" (across seeds), "se", "seeds", "n", "delta", "delta_se"}],
+                  "value": 0.41, "se": 0.06 (null with one unit), "n": 60, "delta": 0.02, "delta_se": 0.01,
+                  "paired_ci95": [-0.01, 0.05], "p_value": 0.41, "test": "mcnemar" | "sign-flip"}, ...],
+     "summary": [{labels..., "metric", "mean", "std" (across seeds), "se", "seeds", "n", "delta", "delta_se",
+                  "paired_ci95", "p_value", "test" (over the seeds' unit means)}],
+     "paired": {"against": "mask_rate=0", "confidence": 0.95, "resamples": 10000, "seed": 0, "tests": "..."},
      "seeds": {"count": 1, "varies": "..."}, "settings": {...}, "wemask": [applied WeMask config or null per rate],
      "provenance": {"versions": {...}, "model": {...}, "tokenizer": {...}, "data": {...}, "command": "...",
                     "started": "...", "duration_s": 12.3}, "created": "...", "wemask_version": "..."}
-Accuracies and rates are fractions in [0, 1]; `delta` is the change from r = 0 paired unit by unit.
+Accuracies and rates are fractions in [0, 1]; `delta` is the change from r = 0 paired unit by unit, `paired_ci95`
+its seeded bootstrap 95% interval and `p_value` its paired p-value (none at r = 0, or where units cannot be paired).
+results.csv: the results, `paired_ci95` as `paired_ci95_low` and `paired_ci95_high`.
 examples.jsonl: one record per unit, variant and seed (prompts and continuations included), each with `run`:
 the short provenance (task, model, revision, data hash, start time); strict JSON (non-finite numbers as null).
 """
@@ -27,7 +32,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from wemask_cli.eval.stats import summarize
+from wemask_cli.eval.stats import PAIRED_SEED, RESAMPLES, summarize
 from wemask_cli.outputs import METRICS_FILE, atomic_write_json, atomic_write_text, strict_json
 from wemask_cli.outputs.trained import training_summary
 from wemask_cli.runtime.hub import snapshot_revision
@@ -71,7 +76,8 @@ def metrics_document(*, task: str, primary: str, unit: str, n_examples: int, swe
         "n_examples": results[0]["n"] if results else n_examples, "unit": unit,
         "mode": modes[0] if len(modes) == 1 else None, "mask_rates": rates, "mask_rate": rates[0] if len(rates) == 1 else None,
         "axes": [label for label in sweep.labels if label not in ("mode", "me_layer")],
-        "primary_metric": primary, "deltas": sweep.deltas, "results": results, "summary": summarize(results, sweep.labels),
+        "primary_metric": primary, "deltas": sweep.deltas, "results": results,
+        "summary": summarize(results, sweep.labels, sweep.paired), **({"paired": PAIRED} if "delta" in sweep.deltas else {}),
         "seeds": {"count": settings.seeds, "varies": seeds_vary},
         "settings": {k: v for k, v in asdict(settings).items() if v is not None},
         **sweep.applied,
@@ -79,7 +85,16 @@ def metrics_document(*, task: str, primary: str, unit: str, n_examples: int, swe
     }
 
 
-RESULT_COLUMNS = ["mask_rate", "mode", "me_layer", "seed", "metric", "value", "se", "n", "delta", "delta_se"]
+PAIRED = {"against": "mask_rate=0", "confidence": 0.95, "resamples": RESAMPLES, "seed": PAIRED_SEED,
+          "tests": "McNemar's exact test when both rates score 0/1 per unit, else a sign-flip permutation test"}
+RESULT_COLUMNS = ["mask_rate", "mode", "me_layer", "seed", "metric", "value", "se", "n", "delta", "delta_se",
+                  "paired_ci95_low", "paired_ci95_high", "p_value", "test"]
+
+
+def csv_row(result: dict) -> dict:
+    """A result row for results.csv: its paired interval as two columns."""
+    interval = result.get("paired_ci95") or (None, None)
+    return {**result, "paired_ci95_low": interval[0], "paired_ci95_high": interval[1]}
 
 
 def write_outputs(document: dict, records: list[dict], output: Path) -> list[Path]:
@@ -92,7 +107,7 @@ def write_outputs(document: dict, records: list[dict], output: Path) -> list[Pat
     handle = io.StringIO()
     writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
     writer.writeheader()
-    writer.writerows(document["results"])
+    writer.writerows(csv_row(result) for result in document["results"])
     written.append(atomic_write_text(output / "results.csv", handle.getvalue()))
     if records:
         prov = document["provenance"]

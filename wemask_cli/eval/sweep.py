@@ -9,6 +9,8 @@ axis, applied together (the first axis outermost). To add an axis, build an `Axi
 Result rows carry every label of their variant (`mask_rate`, `mode`, `me_layer`, ...), `seed`, `metric`, `value`,
 `se`, `n`; for each axis with a reference, `<delta_key>` and `<delta_key>_se`: the change from the variant that
 differs only in that axis's setting, paired unit by unit (mask rate: `delta`, against r = 0); none on the reference.
+Rows off r = 0 also carry the paired significance of that change (stats.paired_test: `paired_ci95`, `p_value`,
+`test`), and `SweepResult.paired` the same tests per variant over its seeds' unit means (for the summary).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wemask_cli.eval.settings import EvalSettings
-from wemask_cli.eval.stats import Metric, paired_delta
+from wemask_cli.eval.stats import Metric, paired_delta, paired_test, seed_mean
 from wemask_cli.outputs.trained import mode_at
 from wemask_cli.runtime.progress import task as progress_task
 
@@ -56,6 +58,7 @@ class SweepResult:
     applied: dict[str, list] = field(default_factory=dict)  # record_key -> the records of that axis's settings
     labels: list[str] = field(default_factory=list)
     deltas: dict[str, str] = field(default_factory=dict)  # delta key -> what it is measured against ("mask_rate=0")
+    paired: list[dict] = field(default_factory=list)  # per variant and metric off r = 0: its paired test over seeds
 
 
 def wemask_axis(configs: list, trained: dict | None = None) -> Axis:
@@ -104,10 +107,11 @@ def run_sweep(engine, axes: list[Axis], task, prepared, settings: EvalSettings, 
                     items[key_of(variant, labels, seed, metric)] = value
                 records.extend({**variant, "seed": seed, **record} for record in scored.records)
     add_deltas(results, items, axes, labels)
+    paired = add_paired_tests(results, items, axes[0], labels) if axes and axes[0].name == "mask_rate" else []
     applied_lists = {key: [found[i] for i in sorted(found)] for key, found in applied.items()}
     deltas = {axis.delta_key: f"{axis.name}={axis.reference:g}" if isinstance(axis.reference, float) else f"{axis.name}={axis.reference}"
               for axis in axes if axis.reference is not None}
-    return SweepResult(results, records, applied_lists, labels, deltas)
+    return SweepResult(results, records, applied_lists, labels, deltas, paired)
 
 
 def key_of(variant: dict, labels: list[str], seed: int, metric: str) -> tuple:
@@ -128,6 +132,26 @@ def add_deltas(results: list[dict], items: dict[tuple, Metric], axes: list[Axis]
             delta = paired_delta(items[key_of(row, labels, row["seed"], row["metric"])], base) if base else None
             if delta is not None:
                 row[axis.delta_key], row[f"{axis.delta_key}_se"] = delta
+
+
+def add_paired_tests(results: list[dict], items: dict[tuple, Metric], axis: Axis, labels: list[str]) -> list[dict]:
+    """Each row off the axis's reference gets its paired test against the reference (same seed, other labels);
+    returns one test per variant and metric over its seeds' unit means (one seed: the row's own)."""
+    pooled: dict[tuple, list] = {}
+    for row in results:
+        base = items.get(key_of({**row, axis.name: axis.reference}, labels, row["seed"], row["metric"]))
+        if row[axis.name] == axis.reference or base is None:
+            continue
+        metric = items[key_of(row, labels, row["seed"], row["metric"])]
+        test = paired_test(metric, base)
+        row.update(test or {})
+        pooled.setdefault(tuple(row.get(k) for k in labels) + (row["metric"],), []).append((metric, base, test))
+    tests = []
+    for key, runs in pooled.items():
+        test = runs[0][2] if len(runs) == 1 else paired_test(seed_mean([r[0] for r in runs]), seed_mean([r[1] for r in runs]))
+        if test is not None:
+            tests.append({**dict(zip(labels, key[:-1])), "metric": key[-1], **test})
+    return tests
 
 
 def describe(variant: dict, task: str, seed: int | None) -> str:

@@ -84,10 +84,14 @@ def eval_table(document: dict, metrics: list[str] | None = None, *, secondary: b
     for key in changes:
         against = "r=0" if key == "delta" else document.get("deltas", {}).get(key, key.removeprefix("delta_"))
         table.add_column(f"Δ {primary} vs {against} (paired)", justify="right")
+    tested = "delta" in changes and any("p_value" in r for r in summary if r["metric"] == primary)
+    if tested:
+        table.add_column("95% CI, p (paired)", justify="right")
     cells = {tuple(r.get(k) for k in labels) + (r["metric"],): r for r in summary}
     for variant in dict.fromkeys(tuple(r.get(k) for k in labels) for r in summary):
         n = None if secondary else str(next(r["n"] for r in summary if tuple(r.get(k) for k in labels) == variant))
-        table.add_row(*variant_row(variant, cells, metrics, seeds, n, changes, primary))
+        row = variant_row(variant, cells, metrics, seeds, n, changes, primary)
+        table.add_row(*row, *([significance_cell(primary, cells.get(variant + (primary,)) or {})] if tested else []))
     return table
 
 
@@ -104,3 +108,15 @@ def variant_row(variant: tuple, cells: dict, metrics: list[str], seeds: int, n: 
         row.append(n)
     cell = cells.get(variant + (primary,)) or {}
     return row + [delta_cell(primary, cell.get(key), cell.get(f"{key}_se")) for key in changes]
+
+
+def significance_cell(primary: str, cell: dict) -> str:
+    """'[-0.8, +1.2] p=0.41': the paired bootstrap 95% interval of the change from r = 0 and its paired p-value;
+    '-' at r = 0 or where there is none."""
+    if cell.get("p_value") is None:
+        return "-"
+    shown = (lambda x: f"{100 * x:+.1f}") if is_percent(primary) else (lambda x: f"{x:+.3g}")
+    interval = cell.get("paired_ci95")
+    bounds = f"[{shown(interval[0])}, {shown(interval[1])}]" if interval else "CI n/a"
+    p = cell["p_value"]
+    return f"{bounds} {'p<0.001' if p < 0.001 else f'p={p:.2g}'}"

@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.table import Table
 
 from wemask_cli.render.common import fitting, format_metric, is_percent, log_y_axis, pyplot, rate_axis, readable_ylim, save_figure, use_log_axis
+from wemask_cli.render.eval import significance_cell
 
 LABELS = ("setting", "r", "mode", "runs")
 MAX_POINTS = 30  # rows (setting and rate) a table shows; the rest are counted, and all are in --csv/--json
@@ -97,7 +98,18 @@ def cell(row: dict | None) -> str:
     if row.get("spread"):
         std = row["std"] * (100 if is_percent(row["metric"]) else 1)
         text += f" ± {std:.2g}"
-    return text
+    return text + paired_note(row)
+
+
+def paired_note(row: dict) -> str:
+    """An eval point's paired change from r = 0 below its value, its 95% interval and p-value on two short lines
+    ('\n[-0.8, +1.2]\np=0.41 vs r=0'), else ''."""
+    if row.get("p_value") is None:
+        return ""
+    low, high = row.get("paired_ci95_low"), row.get("paired_ci95_high")
+    interval = None if low is None or high is None else [low, high]
+    bounds, p_value = significance_cell(row["metric"], {"paired_ci95": interval, "p_value": row["p_value"]}).rsplit(" ", 1)
+    return f"\n{bounds}\n{p_value} vs r=0"
 
 
 def short_names(runs: list[str]) -> dict[str, str]:
