@@ -40,7 +40,7 @@ def test_fsdp_on_the_cpu_says_so_when_accelerate_moved_its_shared_state(monkeypa
 
     monkeypatch.delattr(PartialState, "_shared_state")
     with pytest.raises(CompatError, match=r"^accelerate \d+\.\d+\.\d+: accelerate\.state\.PartialState\._shared_state no "
-                                          r"longer exists \(wemask was verified on accelerate 1\.15\)"):
+                                          r"longer exists \(wemask was verified on accelerate 1\.16\)"):
         accelerate.force_fsdp(object())
 
 

@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = str(ROOT / "data" / "sft_chat.jsonl")
 TRL = ["--per-device-train-batch-size", "2", "--max-length", "32", "--report-to", "none", "--max-steps", "1"]
 OLD = {"accelerate": "1.14.0", "trl": "1.15.0"}  # the example: an older accelerate beside an older TRL
-NAMED = "trl 1.15.0 (tested 1.16), accelerate 1.14.0 (tested 1.15)"  # in the order of runtime/versions.py's LIBRARIES
-INSTALL = 'pip install "trl>=1.16,<1.17" "accelerate>=1.15,<1.16"'
+NAMED = "trl 1.15.0 (tested 1.16), accelerate 1.14.0 (tested 1.16)"  # in the order of runtime/versions.py's LIBRARIES
+INSTALL = 'pip install "trl>=1.16,<1.17" "accelerate>=1.16,<1.17"'
 
 
 def installed_as(monkeypatch, fake: dict[str, str | None]) -> None:
@@ -81,7 +81,7 @@ def test_the_same_failure_is_a_bug_report_unless_an_untested_library_ran(monkeyp
     with pytest.raises(AttributeError, match="__version__") as info:
         sft(monkeypatch, capsys, tmp_path / "run")
     assert info.value.__notes__[0].endswith(BUG_REPORT)
-    assert ("accelerate 1.14.0 (tested 1.15)" in info.value.__notes__[0]) is (installed != "recorded")
+    assert ("accelerate 1.14.0 (tested 1.16)" in info.value.__notes__[0]) is (installed != "recorded")
 
 
 def test_a_bug_in_wemask_names_untested_versions_in_its_report(monkeypatch, capsys):
