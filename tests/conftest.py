@@ -196,3 +196,13 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.vllm)
         if item.path.name == "test_docs.py":
             item.add_marker(pytest.mark.docs)
+
+
+@pytest.fixture
+def weightless_model_dir(tmp_path) -> str:
+    """A model folder with a config.json and no weights: what needs no model passes the early checks, and any load
+    fails, so a refusal that names something else came before the model loads."""
+    folder = tmp_path / "weightless-model"
+    folder.mkdir()
+    transformers.LlamaConfig(**TINY).save_pretrained(folder)
+    return str(folder)

@@ -81,8 +81,8 @@ def test_the_fsdp_recipe_shards_sft_dpo_and_grpo_on_two_cpu_processes(tmp_path, 
         assert code == 0 and "r=0.3" in out, err
 
 
-def test_fsdp_in_one_process_is_refused_before_the_model_loads(tmp_path, monkeypatch, capsys):
-    code, _, err = run_main(monkeypatch, capsys, "sft", "--model", str(tmp_path / "no-such-model"), "--dataset",
+def test_fsdp_in_one_process_is_refused_before_the_model_loads(tmp_path, monkeypatch, capsys, weightless_model_dir):
+    code, _, err = run_main(monkeypatch, capsys, "sft", "--model", weightless_model_dir, "--dataset",
                             str(ROOT / "data" / "sft_chat.jsonl"), "-o", str(tmp_path / "out"), "--fsdp")
     assert code == 2 and err.count("\n") == 1 and "FSDP shards the model across processes and this is one process" in err
 

@@ -94,9 +94,9 @@ def test_a_conflict_names_both_settings(tmp_path, launched, launcher, extra, rec
     assert f"mixed_precision: {launcher}" in message and named in message and "\n" not in message
 
 
-def test_a_conflict_is_one_line_before_any_model_loads(monkeypatch, capsys, tmp_path, launched):
+def test_a_conflict_is_one_line_before_any_model_loads(monkeypatch, capsys, tmp_path, launched, weightless_model_dir):
     launched("bf16")
-    missing_model = str(tmp_path / "no-such-model")  # never read: the conflict is found first
+    missing_model = weightless_model_dir  # its weights are never read: the conflict is found first
     code, _, err = run_main(monkeypatch, capsys, "sft", "--model", missing_model, "--dataset", DATA, "-o", str(tmp_path / "o"), "--bf16", "false")
     assert code == 2 and "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("wemask: error")]

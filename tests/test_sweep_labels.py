@@ -15,9 +15,11 @@ SHORT = ("--max-steps", "1", "--per-device-train-batch-size", "2", "--max-length
          "--report-to", "none")
 
 
-def table_rows(out: str) -> list[list[str]]:
-    """The body rows of the rich tables printed in `out`, as their cells."""
-    return [[cell.strip() for cell in line.strip("│").split("│")] for line in out.splitlines() if line.startswith("│")]
+def table_rows(out: str, first: bool = True) -> list[list[str]]:
+    """The body rows of the rich tables printed in `out` (`first`: of the first one only, the primary metric's), as
+    their cells."""
+    shown = out.split("└", 1)[0] if first else out
+    return [[cell.strip() for cell in line.strip("│").split("│")] for line in shown.splitlines() if line.startswith("│")]
 
 
 def test_the_sweep_labels_read_as_sweeps_md_says(monkeypatch, capsys, tmp_path, tiny_model_dir):
@@ -41,7 +43,7 @@ def test_the_sweep_labels_read_as_sweeps_md_says(monkeypatch, capsys, tmp_path, 
     assert [row[:2] for row in table_rows(evals["0.3"])] == [["0.3", "aware"]]
     rows = table_rows(base)
     assert [row[:2] for row in rows] == [["0", "plain"], ["0.3", ""], ["1", ""]]
-    assert rows[0][-1] == "" and rows[1][-1].endswith("pt") and "Δ accuracy vs r=0" in " ".join(base.split())
+    assert rows[0][-2:] == ["", ""] and rows[1][-2].endswith("pt") and "Δ accuracy vs r=0" in " ".join(base.split())
     results = json.loads(Path("runs/base/metrics.json").read_text())["results"]
     assert [(r["mask_rate"], r["mode"], "delta" in r) for r in results if r["metric"] == "accuracy"] == [
         (0.0, "plain", False), (0.3, "", True), (1.0, "", True)
@@ -52,7 +54,13 @@ def test_the_sweep_labels_read_as_sweeps_md_says(monkeypatch, capsys, tmp_path, 
     code, out, err = run_main(monkeypatch, capsys, "report", "runs/sweep/r0", "runs/sweep/r0.3", "runs/base",
                               "--json", "runs/report.json", "--csv", "runs/report.csv")  # fmt: skip
     assert code == 0, err
-    printed = {(row[1], row[3]): row[2] for row in table_rows(out) if len(row) > 4 and row[1]}  # (r, runs) -> mode
+    rows = []
+    for row in table_rows(out, first=False):  # a run's name that wraps continues on a line of its own
+        if rows and len(row) > 4 and not (row[1] or row[4]) and row[3]:
+            rows[-1][3] += row[3]
+        else:
+            rows.append(row)
+    printed = {(row[1], row[3]): row[2] for row in rows if len(row) > 4 and row[1]}  # (r, runs) -> mode
     assert printed[("0", "r0")] == printed[("0", "sweep/r0/eval")] == printed[("0", "base")] == "plain"
     assert printed[("0.3", "r0.3")] == printed[("0.3", "sweep/r0.3/eval")] == "aware" and printed[("0.3", "base")] == ""
     for found in (json.loads(Path("runs/report.json").read_text()), list(csv.DictReader(Path("runs/report.csv").open()))):

@@ -45,13 +45,13 @@ def run_training(spec: StageSpec, options: dict, stage_options: dict, interventi
 
     launch_flags, extra_args = launch.launch_flags_in(launch_options or {}, extra_args, own_flags, trl_flags(spec.trl_config) or ())
     check_extra_args(extra_args, spec.name, spec.trl_config, own_flags)
+    if launch_flags is not None and not help_trl:
+        return Training(exit_code=launch.launch(launch_flags))  # the launched processes check the rest
     settings = TrainOptions(**options, stage_options=stage_options, intervention_options=intervention_options)
     if not help_trl:
         from wemask_cli.train.preflight import preflight
 
         preflight(spec, settings)  # the data and the model, before torch and TRL are imported
-    if launch_flags is not None and not help_trl:
-        return Training(exit_code=launch.launch(launch_flags))
     from wemask_cli.train.resolve import trl_help
     from wemask_cli.train.run import run
 

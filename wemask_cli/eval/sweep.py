@@ -138,8 +138,9 @@ def add_paired_tests(results: list[dict], items: dict[tuple, Metric], axis: Axis
     """Each row off the axis's reference gets its paired test against the reference (same seed, other labels);
     returns one test per variant and metric over its seeds' unit means (one seed: the row's own)."""
     pooled: dict[tuple, list] = {}
+    reference = next((s.labels for s in axis.settings if s.labels.get(axis.name) == axis.reference), {axis.name: axis.reference})
     for row in results:
-        base = items.get(key_of({**row, axis.name: axis.reference}, labels, row["seed"], row["metric"]))
+        base = items.get(key_of({**row, **reference}, labels, row["seed"], row["metric"]))
         if row[axis.name] == axis.reference or base is None:
             continue
         metric = items[key_of(row, labels, row["seed"], row["metric"])]

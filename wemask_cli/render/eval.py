@@ -112,9 +112,9 @@ def variant_row(variant: tuple, cells: dict, metrics: list[str], seeds: int, n: 
 
 def significance_cell(primary: str, cell: dict) -> str:
     """'[-0.8, +1.2] p=0.41': the paired bootstrap 95% interval of the change from r = 0 and its paired p-value;
-    '-' at r = 0 or where there is none."""
+    blank at r = 0 or where there is none (as the paired change is)."""
     if cell.get("p_value") is None:
-        return "-"
+        return ""
     shown = (lambda x: f"{100 * x:+.1f}") if is_percent(primary) else (lambda x: f"{x:+.3g}")
     interval = cell.get("paired_ci95")
     bounds = f"[{shown(interval[0])}, {shown(interval[1])}]" if interval else "CI n/a"

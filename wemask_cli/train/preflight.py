@@ -4,9 +4,13 @@ flags', else the --config recipe's, else the defaults, as resolve.py settles the
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from wemask_cli.data.preflight import check_training_source
 from wemask_cli.mask_request.flags import parse_me_layer
 from wemask_cli.models.preflight import check_model
+from wemask_cli.outputs import check_writable, running_command
+from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.train.options import DEFAULTS, TrainOptions, given_options
 from wemask_cli.train.recipe import read_recipe, recipe_path
 
@@ -23,9 +27,23 @@ def early_options(options: TrainOptions) -> dict:
     return {**values, **given_options(options)}
 
 
+def check_output_folder(folder: Path) -> None:
+    """The output folder cannot be created, or another live command holds it: the run's own refusal, at once."""
+    check_writable(folder, is_dir=True, flag="--output-dir")
+    for parent in [folder, *folder.parents]:
+        if parent.exists():
+            if not parent.is_dir():
+                raise WeMaskError(f"--output-dir {folder}: {parent} is a file, so nothing can be created under it")
+            break
+    running = running_command(folder)
+    if running is not None:
+        raise WeMaskError(f"{folder} is in use by {running}: wait for it to finish or choose another folder")
+
+
 def preflight(spec, options: TrainOptions) -> None:
     """What the run would refuse about its data and model that is known without torch: one line, at once."""
     opts = early_options(options)
+    check_output_folder(Path(str(opts.get("output_dir") or "trainer_output")).expanduser())  # the output first, as the run does
     if not opts.get("datasets"):  # a recipe's mixture is read as a whole (data/mixture.py)
         check_training_source(spec.data, opts["dataset"], split=opts["dataset_split"], columns=opts["dataset_columns"])
     if opts.get("eval_dataset"):
