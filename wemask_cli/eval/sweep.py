@@ -118,11 +118,16 @@ def key_of(variant: dict, labels: list[str], seed: int, metric: str) -> tuple:
     return tuple(variant.get(k) for k in labels) + (seed, metric)
 
 
+def reference_labels(axis: Axis) -> dict | None:
+    """The labels of the axis's reference setting (r = 0's, mode included), or None when it has none."""
+    return next((s.labels for s in axis.settings if s.labels.get(axis.name) == axis.reference), None)
+
+
 def add_deltas(results: list[dict], items: dict[tuple, Metric], axes: list[Axis], labels: list[str]) -> None:
     """For each axis with a reference: the paired change from the variant at the reference (its setting's labels,
     the same labels of the other axes)."""
     for axis in axes:
-        reference = next((s.labels for s in axis.settings if s.labels.get(axis.name) == axis.reference), None)
+        reference = reference_labels(axis)
         if axis.reference is None or reference is None:
             continue
         for row in results:
@@ -138,7 +143,7 @@ def add_paired_tests(results: list[dict], items: dict[tuple, Metric], axis: Axis
     """Each row off the axis's reference gets its paired test against the reference (same seed, other labels);
     returns one test per variant and metric over its seeds' unit means (one seed: the row's own)."""
     pooled: dict[tuple, list] = {}
-    reference = next((s.labels for s in axis.settings if s.labels.get(axis.name) == axis.reference), {axis.name: axis.reference})
+    reference = reference_labels(axis) or {axis.name: axis.reference}
     for row in results:
         base = items.get(key_of({**row, **reference}, labels, row["seed"], row["metric"]))
         if row[axis.name] == axis.reference or base is None:

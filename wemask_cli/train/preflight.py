@@ -29,12 +29,7 @@ def early_options(options: TrainOptions) -> dict:
 
 def check_output_folder(folder: Path) -> None:
     """The output folder cannot be created, or another live command holds it: the run's own refusal, at once."""
-    check_writable(folder, is_dir=True, flag="--output-dir")
-    for parent in [folder, *folder.parents]:
-        if parent.exists():
-            if not parent.is_dir():
-                raise WeMaskError(f"--output-dir {folder}: {parent} is a file, so nothing can be created under it")
-            break
+    check_writable(folder, is_dir=True, flag="--output-dir")  # a file in its way, a read-only parent
     running = running_command(folder)
     if running is not None:
         raise WeMaskError(f"{folder} is in use by {running}: wait for it to finish or choose another folder")
