@@ -37,8 +37,8 @@ def build(tmp: str):
     from wemask_cli.engines.vllm.memory import VllmJob
     from wemask_cli.models.loading import load_model
     from wemask_cli.rewards import format_reward
-    from wemask_cli.train.grpo import prepare_dataset
     from wemask_cli.train.resolve import hardware_defaults
+    from wemask_cli.train.rollout_stage import prepare_dataset
 
     loaded = load_model(None, dtype="float32")
     model = get_peft_model(loaded.model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, task_type="CAUSAL_LM"))

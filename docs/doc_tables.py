@@ -88,7 +88,7 @@ def recipe_keys_page() -> str:
             if is_option(param) and param.name not in (*CLI_ONLY, *NOT_RECIPE_KEYS):
                 keys.setdefault(param.name, (param, []))[1].append(name)
     lines = [GENERATED, "# Recipe keys", "",
-             "A recipe (`--config recipe.yaml`) takes these keys of `wemask sft`, `dpo`, `grpo` and `kto` (each the flag's name with",
+             "A recipe (`--config recipe.yaml`) takes these keys of `wemask sft`, `dpo`, `grpo`, `kto` and `rloo` (each the flag's name with",
              "underscores), and every field of the stage's TRL config class (`--help-trl`). Flags override the recipe, which",
              "overrides the defaults. Values are typed: a boolean must be a YAML boolean, a number a number, and a key given",
              "twice (also as `max_steps` and `max-steps`) is an error naming the key and its line.", "",

@@ -20,7 +20,7 @@ def test_dash_h_is_help_everywhere(command):
     """`wemask -h` was an error and `wemask sft -h` printed TRL's argparse help: now both are wemask's --help."""
     short, long = wemask_without_torch(*command, "-h"), wemask_without_torch(*command, "--help")
     assert short.returncode == 0 and short.stdout == long.stdout and "Usage: wemask" in short.stdout, short.stderr
-    assert "--help-trl" in short.stdout if command and command[0] in ("sft", "dpo", "grpo") else True
+    assert "--help-trl" in short.stdout if command and command[0] in ("sft", "dpo", "grpo", "rloo") else True
     assert "<bool>" not in short.stdout  # a switch (--version, --overwrite, --use-peft/--no-use-peft, -h) takes no value
     assert "<int>" in short.stdout if command == ("sft",) else True  # an option that takes one shows its type
 
@@ -124,10 +124,11 @@ def test_trl_flags_agree_with_trls_parser():
     from wemask_cli.train.dpo import DPOStage
     from wemask_cli.train.grpo import GRPOStage
     from wemask_cli.train.resolve import trl_parser
+    from wemask_cli.train.rloo import RLOOStage
     from wemask_cli.train.sft import SFTStage
     from wemask_cli.train.trl_flags import trl_flags
 
-    for name, stage in (("sft", SFTStage()), ("dpo", DPOStage()), ("grpo", GRPOStage())):
+    for name, stage in (("sft", SFTStage()), ("dpo", DPOStage()), ("grpo", GRPOStage()), ("rloo", RLOOStage())):
         parser = trl_parser(stage.config_class())
         accepted = {option for action in parser_actions(parser) for option in action.option_strings if option.startswith("--")}
         assert accepted - {"--help"} <= trl_flags(stage.trl_config), (name, accepted - {"--help"} - trl_flags(stage.trl_config))

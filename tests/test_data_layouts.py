@@ -113,14 +113,14 @@ def test_dataset_columns_on_a_hub_dataset(monkeypatch):
 @pytest.mark.parametrize("kind", sorted(WRITERS))
 def test_verl_layout_for_grpo_gets_its_answer_and_keeps_the_prompt(tmp_path, kind, tiny_tokenizer):
     from wemask_cli.rewards import math_reward
-    from wemask_cli.train import grpo
+    from wemask_cli.train import rollout_stage
 
     path = WRITERS[kind](tmp_path / f"gsm8k_train.{kind}", verl_rows())
     dataset, fmt = load_training_data(PROMPTS, path)
     assert fmt.name.startswith("verl") and dataset["answer"] == ["72"] * 3
     assert {"reward_model", "extra_info", "data_source"} <= set(dataset.column_names)  # custom rewards still get them
     for chat_template in (None, True):  # the prompt already carries its instruction: never wrapped again
-        prepared = grpo.prepare_dataset(dataset, tiny_tokenizer, chat_template, [math_reward])
+        prepared = rollout_stage.prepare_dataset(dataset, tiny_tokenizer, chat_template, [math_reward])
         assert prepared[0]["prompt"] == [{"role": "user", "content": f"{QUESTION} {INSTRUCTION}"}]
     assert math_reward([SOLUTION, "#### 71"], answer=prepared["answer"][:2]) == [1.0, 0.0]
 

@@ -56,12 +56,12 @@ def test_a_missing_reference_is_an_error_not_the_string_none(reference):
 def test_grpo_refuses_a_null_reference_naming_the_row(tiny_tokenizer):
     from datasets import Dataset
 
-    from wemask_cli.train import grpo
+    from wemask_cli.train import rollout_stage
 
     dataset = Dataset.from_dict({"prompt": ["1+1?", "2+2?", "3+3?"], "answer": ["2", None, "6"]})
     with pytest.raises(WeMaskError, match=r"--dataset row 2 has no reference answer \(None\)"):
-        grpo.prepare_dataset(dataset, tiny_tokenizer, None, [math_reward])
-    assert grpo.prepare_dataset(dataset.select([0, 2]), tiny_tokenizer, None, [math_reward]) is not None
+        rollout_stage.prepare_dataset(dataset, tiny_tokenizer, None, [math_reward])
+    assert rollout_stage.prepare_dataset(dataset.select([0, 2]), tiny_tokenizer, None, [math_reward]) is not None
 
 
 def test_grpo_cli_refuses_a_null_reference_before_training(monkeypatch, capsys, tmp_path, tiny_model_dir):

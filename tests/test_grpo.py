@@ -17,7 +17,7 @@ from wemask_cli.data.formats import PROMPTS as PROMPT_DATA
 from wemask_cli.method.arch import resolve_layers
 from wemask_cli.method.wemask_hook import masked_layers
 from wemask_cli.models import loading as models_module
-from wemask_cli.train import grpo
+from wemask_cli.train import grpo, rollout_stage
 from wemask_cli.train.options import TrainOptions
 from wemask_cli.train.run import run
 
@@ -47,19 +47,27 @@ def flags(**overrides) -> list[str]:
     return out
 
 
-@pytest.fixture(scope="module")
-def prompts_file(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("grpo-data") / "prompts.jsonl"
+def write_prompts(folder: Path) -> str:
+    path = folder / "prompts.jsonl"
     path.write_text("".join(json.dumps({"prompt": p, "answer": a}) + "\n" for p, a in PROMPTS))
     return str(path)
 
 
-@pytest.fixture(scope="module")
-def length_reward(tmp_path_factory) -> str:
-    """A custom reward file whose rewards differ within a group, so GRPO's advantages (and updates) are not zero."""
-    path = tmp_path_factory.mktemp("rewards") / "my_rewards.py"
+def write_length_reward(folder: Path) -> str:
+    """A custom reward file whose rewards differ within a group, so the advantages (and updates) are not zero."""
+    path = folder / "my_rewards.py"
     path.write_text(LENGTH_REWARD)
     return f"{path}:length_reward"
+
+
+@pytest.fixture(scope="module")
+def prompts_file(tmp_path_factory) -> str:
+    return write_prompts(tmp_path_factory.mktemp("grpo-data"))
+
+
+@pytest.fixture(scope="module")
+def length_reward(tmp_path_factory) -> str:
+    return write_length_reward(tmp_path_factory.mktemp("rewards"))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -141,8 +149,8 @@ class MaskCapture:
         return found
 
 
-class CapturingStage(grpo.GRPOStage):
-    """The GRPO stage, whose install also attaches a MaskCapture (after WeMask's hooks)."""
+class Capturing:
+    """A stage whose install also attaches a MaskCapture (after WeMask's hooks): mixed in before the stage class."""
 
     def __init__(self, captures: list, mode_layer: int = ME):
         super().__init__()
@@ -152,6 +160,10 @@ class CapturingStage(grpo.GRPOStage):
         config = super().install(trainer, ctx)
         self.captures.append(MaskCapture(trainer, self.mode_layer))
         return config
+
+
+class CapturingStage(Capturing, grpo.GRPOStage):
+    """The GRPO stage with a MaskCapture."""
 
 
 capturing_stage = CapturingStage
@@ -342,15 +354,15 @@ def test_gsm8k_layout_becomes_chat_prompts(tiny_tokenizer):
 
     dataset, fmt = load_training_data(PROMPT_DATA, MATH)
     assert fmt.name == "question-answer (GSM8K)" and len(dataset) == 100
-    chat = grpo.prepare_dataset(dataset, tiny_tokenizer, None, [math_reward])
+    chat = rollout_stage.prepare_dataset(dataset, tiny_tokenizer, None, [math_reward])
     assert chat[0]["prompt"] == [{"role": "user", "content": dataset[0]["question"]}]
     assert chat[0]["answer"].endswith("#### 48")
-    plain = grpo.prepare_dataset(dataset, tiny_tokenizer, False, [math_reward])
+    plain = rollout_stage.prepare_dataset(dataset, tiny_tokenizer, False, [math_reward])
     assert plain[0]["prompt"] == dataset[0]["question"]
     with pytest.raises(Exception, match=r"the math reward needs the reference answers in an 'answer' \(or 'solution'\) column"):
-        grpo.prepare_dataset(Dataset.from_dict({"prompt": ["hi"]}), tiny_tokenizer, None, [math_reward])
+        rollout_stage.prepare_dataset(Dataset.from_dict({"prompt": ["hi"]}), tiny_tokenizer, None, [math_reward])
     renamed, _ = load_training_data(PROMPT_DATA, MATH, columns="prompt=question,solution=answer")  # TRL's prompt/solution data
-    assert grpo.prepare_dataset(renamed, tiny_tokenizer, None, [math_reward])[0]["solution"].endswith("#### 48")
+    assert rollout_stage.prepare_dataset(renamed, tiny_tokenizer, None, [math_reward])[0]["solution"].endswith("#### 48")
     assert math_reward([r"\boxed{48}", "no idea"], solution=[renamed[0]["solution"]] * 2) == [1.0, 0.0]
 
 

@@ -115,20 +115,21 @@ def observe(trainer, stage, code: int, start_weight: torch.Tensor) -> Observed:
     return seen
 
 
-def train(argv: list[str], start_weight: torch.Tensor) -> Observed:
-    """`wemask grpo ARGV` in this process through the real entry point; the run observed, then released."""
+def train(argv: list[str], start_weight: torch.Tensor, stage_class: type = grpo.GRPOStage) -> Observed:
+    """`wemask STAGE ARGV` (grpo by default) in this process through the real entry point; the run observed, then
+    released."""
     from wemask_cli.cli import main
 
     captured = {}
-    install = grpo.GRPOStage.install
+    install = stage_class.install
 
     def keep(stage, trainer, ctx):
         captured.update(stage=stage, trainer=trainer)
         return install(stage, trainer, ctx)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(grpo.GRPOStage, "install", keep)
-        patch.setattr(sys, "argv", ["wemask", "grpo", *argv])
+        patch.setattr(stage_class, "install", keep)
+        patch.setattr(sys, "argv", ["wemask", stage_class.spec.name, *argv])
         try:
             main()
             code = 0

@@ -103,7 +103,7 @@ def test_a_mistyped_flag_is_still_no_such_option(monkeypatch, capsys, tmp_path):
 def test_a_launch_flag_on_a_one_process_command_is_one_line(command):
     done = wemask_without_torch(*command, "--num_processes", "2")
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert f"--num_processes is a launch flag of the training commands (wemask sft, dpo, grpo, kto); wemask {command[0]} " \
+    assert f"--num_processes is a launch flag of the training commands (wemask sft, dpo, grpo, kto, rloo); wemask {command[0]} " \
            "runs in one process" in done.stderr
 
 

@@ -21,7 +21,7 @@ from wemask_cli.train.stage_registry import BUILTIN, STAGES, StageFlag
 
 def test_built_in_stages_keep_their_order_whichever_module_is_imported_first():
     """Built-in specs are instances of one class: they rank by the module that declares them (module_of), not by
-    import order, so `wemask --help` lists sft, dpo, grpo, kto even when grpo was imported first."""
+    import order, so `wemask --help` lists sft, dpo, grpo, kto, rloo even when grpo was imported first."""
     code = "import wemask_cli.train.kto, wemask_cli.train.grpo\nfrom wemask_cli.train.stage_registry import STAGES\nprint(list(STAGES.builtins()))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

@@ -22,7 +22,7 @@ from wemask_cli.cli import main
 sys.argv = ["wemask", *sys.argv[1:]]
 main()
 """
-COMMANDS = ("infer", "locate", "sft", "dpo", "grpo", "eval", "report")
+COMMANDS = ("infer", "locate", "sft", "dpo", "grpo", "rloo", "eval", "report")
 
 
 def wemask_without_torch(*args: str) -> subprocess.CompletedProcess:

@@ -30,5 +30,5 @@ def not_here(option: str, command: str) -> str | None:
     """The line for a launch flag given to a command that runs in one process; None for any other option."""
     if option not in {name for flag in SHOWN_LAUNCH_FLAGS for name in flag.names}:
         return None
-    return (f"{option} is a launch flag of the training commands (wemask sft, dpo, grpo, kto); "
+    return (f"{option} is a launch flag of the training commands (wemask sft, dpo, grpo, kto, rloo); "
             f"{command} runs in one process: drop {option}")

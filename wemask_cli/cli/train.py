@@ -1,4 +1,4 @@
-"""`wemask sft`, `wemask dpo`, `wemask grpo`, `wemask kto` and every other registered trainer stage
+"""`wemask sft`, `wemask dpo`, `wemask grpo`, `wemask kto`, `wemask rloo` and every other registered trainer stage
 (train/stage_registry.py): shared training flags, each stage's own (declared by the stage), TRL's passing through.
 Everything it needs from training comes through commands/train.py."""
 

@@ -1,4 +1,4 @@
-"""`wemask sft|dpo|grpo|kto` and a plugin's trainer stage: the work behind every training command, rich-free.
+"""`wemask sft|dpo|grpo|kto|rloo` and a plugin's trainer stage: the work behind every training command, rich-free.
 
 cli/train.py builds each command's flags from what this module hands it (the stages' declarations, wemask's
 training options, TRL's spellings of them) and calls `run_training` once; the machinery is train/ (the stages in

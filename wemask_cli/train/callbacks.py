@@ -178,10 +178,10 @@ class SaveOnInterrupt(TrainerCallback):
 
 
 class NoRewardSignal(TrainerCallback):
-    """GRPO: one warning the first time every completion of a logged step scored 0 (no learning signal at all)."""
+    """GRPO, RLOO: one warning the first time every completion of a logged step scored 0 (no learning signal at all)."""
 
-    def __init__(self) -> None:
-        self.warned = False
+    def __init__(self, stage: str) -> None:
+        self.stage, self.warned = stage, False
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
@@ -190,6 +190,6 @@ class NoRewardSignal(TrainerCallback):
         from wemask_cli.runtime.progress import warn
 
         self.warned = True
-        warn(f"grpo step {state.global_step}: every completion got reward 0, so the advantages and gradients are 0 "
+        warn(f"{self.stage} step {state.global_step}: every completion got reward 0, so the advantages and gradients are 0 "
              "(nothing is learned): check the rewards against the data (the answer column), a longer "
              "--max-completion-length, or a --reward format:W shaping term")

@@ -13,7 +13,7 @@ from contextlib import contextmanager, nullcontext
 
 from wemask_cli.data.unpaired import UNPAIRED
 from wemask_cli.runtime import progress
-from wemask_cli.train.reference import reference_kind
+from wemask_cli.train.reference import masked_layers_record, reference_kind
 from wemask_cli.train.stage_base import Stage, TrainContext
 from wemask_cli.train.stage_registry import STAGES, StageSpec
 
@@ -56,16 +56,11 @@ class KTOStage(Stage):
     def extra_metrics(self, trainer) -> dict:
         """The reference policy, the layers WeMask hooks on the policy and on a separate reference (None: there is
         none), and the first logged step (its rewards are 0 with --ref-mask same)."""
-        from wemask_cli.method.wemask_hook import masked_layers
-
         first = next((entry for entry in trainer.state.log_history if "kl" in entry or "rewards/chosen" in entry), {})
-        reference = getattr(trainer, "ref_model", None)
-        unwrap = trainer.accelerator.unwrap_model
         return {
             "ref_mask": self.reference.ref_mask,
             "reference": reference_kind(trainer),
-            "masked_layers": {"policy": masked_layers(unwrap(trainer.model)),
-                              "reference": masked_layers(unwrap(reference)) if reference is not None else None},
+            "masked_layers": masked_layers_record(trainer),
             "first_step": {key: first[key] for key in FIRST_STEP_KEYS if key in first},
         }
 

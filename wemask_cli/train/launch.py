@@ -1,4 +1,4 @@
-"""`wemask sft|dpo|grpo|kto ... --num_processes N --accelerate_config NAME`: the run started through accelerate, as
+"""`wemask sft|dpo|grpo|kto|rloo ... --num_processes N --accelerate_config NAME`: the run started through accelerate, as
 `trl sft` does (trl/cli/commands/training.py).
 
 A flag that is neither wemask's nor TRL's config class's but one of `accelerate launch`'s is a launch flag. The

@@ -92,6 +92,16 @@ def reference_kind(trainer) -> str:
     return "separate model"
 
 
+def masked_layers_record(trainer) -> dict:
+    """The layers WeMask hooks on the policy and on a separate reference model (None: there is none), for metrics.json."""
+    from wemask_cli.method.wemask_hook import masked_layers
+
+    reference = getattr(trainer, "ref_model", None)
+    unwrap = trainer.accelerator.unwrap_model
+    return {"policy": masked_layers(unwrap(trainer.model)),
+            "reference": masked_layers(unwrap(reference)) if reference is not None else None}
+
+
 def name_masked_reference(dataset, config: WeMaskConfig):
     """Make TRL's precomputed-reference cache key depend on the mask (it hashes the dataset and the weights only)."""
     from wemask_cli.compat.datasets import fingerprint, set_fingerprint

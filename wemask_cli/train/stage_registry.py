@@ -19,7 +19,7 @@ from wemask_cli.runtime.plugins import declared, left_out
 from wemask_cli.runtime.registry import Registry, RegistryError
 
 PLUGIN_GROUP = "wemask.stages"
-BUILTIN = ("sft", "dpo", "grpo", "kto")  # modules of this package, each with a STAGE spec, in `wemask --help` order
+BUILTIN = ("sft", "dpo", "grpo", "kto", "rloo")  # modules of this package, each with a STAGE spec, in `wemask --help` order
 FLAG_TYPES = (str, int, float, bool, list)  # what StageFlag.type may be (cli/train.py's stage_option)
 REFERENCES = ("none", "same", "choose")  # no reference model | one masked like the policy | --ref-mask same|none
 
