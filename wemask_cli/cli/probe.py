@@ -22,7 +22,7 @@ def probe(
     me_layer: Annotated[
         Optional[int], typer.Option(min=0, help="0-based ME layer to probe (default: located on the prompts, as wemask locate finds it).")
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of permute-norm's permutation.")] = 0,
+    seed: Annotated[int, typer.Option("--permute-seed", help="permute-norm: the seed of the permutation.")] = 0,
     top_k: Annotated[int, typer.Option(help="down-svd: how many of the down projection's largest singular directions to remove.")] = 1,
     patch_position: Annotated[int, typer.Option(help="patch: the position (0-based; 1 or more) that receives the first token's massive component.")] = 1,
     swap_with: Annotated[

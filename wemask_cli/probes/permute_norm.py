@@ -1,4 +1,4 @@
-"""(a) The ME layer's pre-FFN norm weights permuted (seeded by --seed): the same values on other dims."""
+"""(a) The ME layer's pre-FFN norm weights permuted (seeded by --permute-seed): the same values on other dims."""
 
 from __future__ import annotations
 
