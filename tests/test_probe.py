@@ -190,6 +190,7 @@ def olmo2_dir(tmp_path_factory) -> str:
     ("patch", "--patch-position 40 is beyond a prompt: the shortest has"),
     ("swap-me", "--swap-with 1 is the ME layer itself"),
     ("swap-range", "--swap-with 9 is outside"),
+    ("me-range", "--me-layer 4 is outside"),
     ("unknown", "--probe 'nope' is unknown: use one of permute-norm"),
     ("top-k", "--top-k 500 is out of range"),
     ("no-me", "no ME layer found on these prompts"),
@@ -203,6 +204,7 @@ def test_cli_bad_input_exits_2_with_one_line(monkeypatch, capsys, tmp_path, tiny
         "patch": ["--me-layer", "1", "--probe", "patch", "--patch-position", "40"],
         "swap-me": ["--me-layer", "1", "--swap-with", "1"],
         "swap-range": ["--me-layer", "1", "--swap-with", "9"],
+        "me-range": ["--me-layer", "4"],
         "unknown": ["--me-layer", "1", "--probe", "nope"],
         "top-k": ["--me-layer", "1", "--probe", "down-svd", "--top-k", "500"],
         "no-me": ["--probe", "zero-ffn"],
@@ -253,3 +255,16 @@ def test_help_names_every_built_in_probe():
     from wemask_cli.cli.probe import PROBE_NAMES
 
     assert PROBE_NAMES == ", ".join(PROBES.builtins())
+
+
+@pytest.mark.parametrize("arch", ["gemma3_text", "phi3", "qwen3_moe", "deepseek_v3", "gpt_oss"])
+def test_every_probe_that_applies_runs_and_restores_on_other_families(arch):
+    model = tiny(arch)
+    before = snapshot(model)
+    report = run_probes(model, IDS, me_layer=ME)
+    ran = [p["probe"] for p in report["probes"]] + [s["probe"] for s in report["skipped"]]
+    assert sorted(ran) == sorted(PROBES.builtins()) and same(before, model)
+    for run in report["probes"]:
+        assert run["first_norm"] != report["unmodified"]["first_norm"], run["probe"]
+    if arch == "deepseek_v3":  # layer 0 is dense, 1.. are MoE: the ME layer 1 swaps with the nearest MoE layer
+        assert next(p for p in report["probes"] if p["probe"] == "swap-layers")["details"] == {"swap_with": 2}

@@ -27,7 +27,9 @@ def probe(
     patch_position: Annotated[int, typer.Option(help="patch: the position (0-based; 1 or more) that receives the first token's massive component.")] = 1,
     swap_with: Annotated[
         Optional[int],
-        typer.Option(min=0, help="swap-layers: the layer (0-based) whose parameters trade places with the ME layer's (default: the layer before it)."),
+        typer.Option(
+            min=0, help="swap-layers: the layer (0-based) whose parameters trade with the ME layer's (default: the nearest of its shapes, before it first)."
+        ),
     ] = None,
     prompts: options.PromptsOpt = None,
     dataset: options.DatasetOpt = None,

@@ -37,7 +37,7 @@ class ProbeRequest(MeasuringRequest):
 
 def check_request(request: ProbeRequest) -> None:
     """What needs no model: the flags' ranges, the layers against config.json, the output files."""
-    from wemask_cli.models.preflight import check_layer_index, check_model
+    from wemask_cli.models.preflight import check_layer_index, check_model_source
 
     if request.batch_size < 1 or request.max_length < 1 or request.top_k < 1:
         raise WeMaskError("--batch-size, --max-length and --top-k must be at least 1")
@@ -45,8 +45,9 @@ def check_request(request: ProbeRequest) -> None:
         raise WeMaskError(f"--patch-position {request.patch_position} is the first token: use 1 or more (0-based)")
     if request.swap_with is not None and request.swap_with == request.me_layer:
         raise WeMaskError(f"--swap-with {request.swap_with} is the ME layer itself: give another layer (0-based)")
-    check_model(request.model, request.me_layer)
-    check_layer_index(request.swap_with, request.model, "--swap-with", auto=False)
+    check_model_source(request.model)
+    for flag, layer in (("--me-layer", request.me_layer), ("--swap-with", request.swap_with)):
+        check_layer_index(layer, request.model, flag, auto=False)
     request.check_outputs()
 
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 class ProbeSettings:
     """The options every probe may read (`wemask probe`'s flags): the permutation's seed, how many singular directions
     to remove, the position the massive component is moved to, and the layer the ME layer is swapped with (None: the
-    layer before it, or after it for an ME layer 0)."""
+    nearest layer holding the same parameters, see swap_layers.py)."""
 
     seed: int = 0
     top_k: int = 1

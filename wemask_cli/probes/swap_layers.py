@@ -1,5 +1,5 @@
-"""(f) The ME layer's parameters swapped with those of layer --swap-with (default: the layer before the ME layer,
-the one after it for an ME layer 0); swapping twice restores both."""
+"""(f) The ME layer's parameters swapped with those of layer --swap-with (default: the nearest layer holding the same
+parameters, the one before it first: the layer before the ME layer in a dense model); swapping twice restores both."""
 
 from __future__ import annotations
 
@@ -13,12 +13,21 @@ from wemask_cli.probes.registry import register
 from wemask_cli.runtime.errors import WeMaskError
 
 
+def shapes(layer: nn.Module) -> dict:
+    return {name: param.shape for name, param in layer.named_parameters()}
+
+
 def swap_with(context: ProbeContext) -> int:
-    """The layer the ME layer is swapped with."""
-    asked = context.settings.swap_with
-    if asked is not None:
-        return asked
-    return context.me_layer - 1 if context.me_layer > 0 else context.me_layer + 1
+    """The layer the ME layer is swapped with: --swap-with, else the nearest of the same shapes (the one before first;
+    the one before the ME layer when there is none)."""
+    if context.settings.swap_with is not None:
+        return context.settings.swap_with
+    me, count, mine = context.me_layer, len(context.parts), shapes(context.part.layer)
+    for distance in range(1, count):
+        for other in (me - distance, me + distance):
+            if 0 <= other < count and shapes(context.parts[other].layer) == mine:
+                return other
+    return me - 1 if me > 0 else me + 1
 
 
 def swap_parameters(one: nn.Module, other: nn.Module) -> None:
@@ -39,9 +48,7 @@ class SwapLayers(Probe):
             raise WeMaskError(f"--swap-with {other} is the ME layer itself: give another layer, 0..{count - 1} (0-based)")
         if not 0 <= other < count:
             raise WeMaskError(f"--swap-with {other} is outside the model: it has {count} layers, use 0..{count - 1} (0-based)")
-        mine = {n: p.shape for n, p in context.part.layer.named_parameters()}
-        theirs = {n: p.shape for n, p in context.parts[other].layer.named_parameters()}
-        if mine != theirs:
+        if shapes(context.part.layer) != shapes(context.parts[other].layer):
             raise WeMaskError(
                 f"layers {me} and {other} hold different parameters (a dense and an MoE layer, or other shapes): "
                 "give --swap-with a layer of the same kind"
