@@ -39,7 +39,7 @@ def probe_table(report: dict) -> Table:
         "first token) receiving the most attention (share of later layers); ME found: what locate finds on that model",
     )
     for name in ("probe", "jump", "vs unmod.", "ratio", "‖h₀‖ after", "sink after", "sink lands", "eff. rank", "ME found"):
-        table.add_column(name, justify="left" if name == "probe" else "right")
+        table.add_column(name, justify="left" if name == "probe" else "right", no_wrap=name == "probe")
     for label, run in runs(report):
         change = run.get("jump_over_unmodified")
         table.add_row(
@@ -56,7 +56,7 @@ def probe_mask_rates_table(report: dict) -> Table:
     me = report["me_layer"]
     table = Table(title=f"WeMask from layer {me} on each run (means over the layers after it)")
     for name in ("probe", "mask rate", "sink mass", "unmasked", "eff. rank", "unmasked eff. rank"):
-        table.add_column(name, justify="left" if name == "probe" else "right")
+        table.add_column(name, justify="left" if name == "probe" else "right", no_wrap=name == "probe")
     for label, run in runs(report):
         plain = mean_after([d[DIVERSITY_SHOWN] for d in run["diversity"]], me)
         for masked in run["mask_rates"]:
