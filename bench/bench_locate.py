@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
-from wemask_cli.commands.locate import load_prompts
 from wemask_cli.method import locate as method
 from wemask_cli.models.loading import load_model
 from wemask_cli.prompts.rendering import encode
+from wemask_cli.prompts.sets import load_prompts
 
 BATCH = 8
 MAX_LENGTH = 256

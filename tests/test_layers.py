@@ -11,7 +11,7 @@ Ranks (a module may import its own rank or lower, except as the rules below say)
                                   after it: report_settings.py belongs to report.py)
     4  eval/, train/              the machinery of a command family; eval and train never import each other
     3  engines/                   where a forward runs (transformers, vLLM); imported only by commands/, eval/, train/
-    2  models/, mask_request/, prompts/, data/, interventions/, rewards/
+    2  models/, mask_request/, prompts/, data/, interventions/, probes/, rewards/
                                   the building blocks eval and train share
     1  outputs/, resources/, runtime/{progress,ranks,finite,hub,plugins,registry,cache_dir,tested}
                                   plumbing with no knowledge of models or data
@@ -50,7 +50,7 @@ RANKS = {
     "commands": 5,
     **dict.fromkeys(("eval", "train"), 4),
     "engines": 3,
-    **dict.fromkeys(("models", "mask_request", "prompts", "data", "interventions", "rewards"), 2),
+    **dict.fromkeys(("models", "mask_request", "prompts", "data", "interventions", "probes", "rewards"), 2),
     **dict.fromkeys(("outputs", "resources", "runtime.progress", "runtime.ranks", "runtime.finite", "runtime.hub",
                      "runtime.plugins", "runtime.registry", "runtime.cache_dir", "runtime.tested"), 1),
     **dict.fromkeys(("method", "", "compat", "runtime.versions"), 0),

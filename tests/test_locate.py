@@ -249,7 +249,8 @@ def test_phi3_fused_gate_up_is_split():
 
 @pytest.mark.embedded
 def test_embedded_model_has_one_me_layer_written_by_the_ffn(embedded):
-    from wemask_cli.commands.locate import load_prompts, run_locate
+    from wemask_cli.commands.locate import run_locate
+    from wemask_cli.prompts.sets import load_prompts
 
     report = run_locate(embedded, load_prompts(None, None, "text", None))
     assert report["me_layer"] == EMBEDDED_ME and report["agreement"] == "16/16" and report["confidence"] == 1.0
@@ -567,7 +568,7 @@ CHAT = [{"role": "user", "content": "What is 12 plus 30?"}]
 def test_locate_and_infer_read_prompt_files_alike(tmp_path, name, content, prompts):
     """One reader (prompts.read_prompt_file): once, infer refused 'text' rows and .json lists, locate split lines at U+2028."""
     from wemask_cli.commands.infer import read_prompts
-    from wemask_cli.commands.locate import load_prompts
+    from wemask_cli.prompts.sets import load_prompts
 
     path = tmp_path / name
     path.write_text(content, encoding="utf-8")
@@ -585,7 +586,7 @@ def test_locate_and_infer_read_prompt_files_alike(tmp_path, name, content, promp
 )
 def test_locate_and_infer_refuse_a_prompt_file_with_the_same_words(tmp_path, content, problem):
     from wemask_cli.commands.infer import read_prompts
-    from wemask_cli.commands.locate import load_prompts
+    from wemask_cli.prompts.sets import load_prompts
     from wemask_cli.runtime.errors import WeMaskError
 
     path = tmp_path / "p.jsonl"

@@ -7,20 +7,32 @@ from typing import Annotated, Optional
 
 import typer
 
-from wemask_cli.cli.options import BaseQuantizationOpt, DtypeOpt, ModelOpt, ReplaceOpt, TrustRemoteCodeOpt
-from wemask_cli.prompts.files import PROMPT_FILE_LAYOUTS
+from wemask_cli.cli.options import (
+    BaseQuantizationOpt,
+    DatasetOpt,
+    DtypeOpt,
+    JsonReportOpt,
+    MaxLengthOpt,
+    MeasureBatchOpt,
+    ModelOpt,
+    NumPromptsOpt,
+    PromptsOpt,
+    ReplaceOpt,
+    TextFieldOpt,
+    TrustRemoteCodeOpt,
+)
 from wemask_cli.runtime.ranks import main_only
 
 
 def locate(
     model: ModelOpt = None,
-    prompts: Annotated[Optional[Path], typer.Option(help=f"Prompt file: {PROMPT_FILE_LAYOUTS} (default: the bundled locate_prompts.jsonl).")] = None,
-    dataset: Annotated[Optional[str], typer.Option(help="Local .jsonl/.json/.parquet/.csv file or hub dataset name instead of --prompts.")] = None,
-    text_field: Annotated[str, typer.Option(help="Column of --dataset holding the text (or messages).")] = "text",
-    num_prompts: Annotated[Optional[int], typer.Option(help="Use the first N prompts (default: all of --prompts, 32 of --dataset).")] = None,
-    max_length: Annotated[int, typer.Option(help="Truncate prompts to this many tokens.")] = 256,
-    batch_size: Annotated[int, typer.Option(help="Prompts per forward pass (memory does not grow with --num-prompts).")] = 8,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the full report (stable keys: the docs' Output files page).")] = None,
+    prompts: PromptsOpt = None,
+    dataset: DatasetOpt = None,
+    text_field: TextFieldOpt = "text",
+    num_prompts: NumPromptsOpt = None,
+    max_length: MaxLengthOpt = 256,
+    batch_size: MeasureBatchOpt = 8,
+    json_out: JsonReportOpt = None,
     plot: Annotated[Optional[Path], typer.Option(help="Write a PNG of the per-layer curves.")] = None,
     mask_rate: Annotated[
         Optional[list[str]],

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from typer.core import TyperCommand
+
+from wemask_cli.prompts.files import PROMPT_FILE_LAYOUTS
 
 ModelOpt = Annotated[
     Optional[str],
@@ -44,6 +47,14 @@ TokensOpt = Annotated[
         "transformers engine only)."
     ),
 ]
+# the prompts and report of a measuring command (locate, probe)
+PromptsOpt = Annotated[Optional[Path], typer.Option(help=f"Prompt file: {PROMPT_FILE_LAYOUTS} (default: the bundled locate_prompts.jsonl).")]
+DatasetOpt = Annotated[Optional[str], typer.Option(help="Local .jsonl/.json/.parquet/.csv file or hub dataset name instead of --prompts.")]
+TextFieldOpt = Annotated[str, typer.Option(help="Column of --dataset holding the text (or messages).")]
+NumPromptsOpt = Annotated[Optional[int], typer.Option(help="Use the first N prompts (default: all of --prompts, 32 of --dataset).")]
+MaxLengthOpt = Annotated[int, typer.Option(help="Truncate prompts to this many tokens.")]
+MeasureBatchOpt = Annotated[int, typer.Option(help="Prompts per forward pass (memory does not grow with --num-prompts).")]
+JsonReportOpt = Annotated[Optional[Path], typer.Option("--json", help="Write the full report (stable keys: the docs' Output files page).")]
 ReplaceOpt = Annotated[bool, typer.Option("--overwrite", help="Replace output files that already exist.")]
 VllmMemoryOpt = Annotated[
     Optional[float],

@@ -14,64 +14,26 @@ layer), interventions (the saved ones re-installed on load).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from wemask_cli import resources
-from wemask_cli.data import load_hub, load_local, looks_local
 from wemask_cli.method import locate as method
 from wemask_cli.method import massive_tokens as massive
 from wemask_cli.method.arch import model_type, resolve_layers
-from wemask_cli.method.config import WeMaskConfig
-from wemask_cli.method.diversity import NAMES as DIVERSITY
-from wemask_cli.method.diversity import collect_diversity
-from wemask_cli.method.wemask_hook import apply_wemask, remove_wemask
+from wemask_cli.method.diversity import diversity_layers
+from wemask_cli.method.masked import masked_run
 from wemask_cli.models.bos import starts_with_bos
 from wemask_cli.models.loading import LoadedModel
-from wemask_cli.prompts.files import prompt_value, read_prompt_file
 from wemask_cli.prompts.rendering import encode
+from wemask_cli.prompts.sets import MeasuringRequest
 from wemask_cli.runtime.errors import WeMaskError
 
-DEFAULT_PROMPTS = "locate_prompts.jsonl"  # bundled in wemask_cli.resources
-DATASET_PROMPTS = 32  # --num-prompts default for --dataset
 PEAKS = {  # metric -> (its ME-layer signature is a maximum, not a minimum; name in the verdict)
     "first_over_other": (True, "first/other norm ratio"), "norm_magnification": (True, "pre-FFN norm magnification"),
     "delta_frac": (True, "ΔFrac"), "delta_kl": (False, "ΔKL (minimum)"), "delta_c_up": (True, "ΔC up"),
     "delta_c_gate": (True, "ΔC gate"), "delta_c_down": (True, "ΔC down"), "ffn_magnification": (True, "FFN magnification"),
 }  # fmt: skip
-
-
-def read_dataset(spec: str, text_field: str, limit: int) -> list[str | list[dict]]:
-    """The first `limit` rows' `text_field` of a local file or hub dataset."""
-    if looks_local(spec):
-        dataset, _ = load_local(Path(spec).expanduser(), None, "--dataset")
-    else:
-        dataset = load_hub(spec, None, None, "--dataset")
-    if text_field not in dataset.column_names:
-        raise WeMaskError(f"--dataset {spec} has no column {text_field!r} (it has {dataset.column_names}): set --text-field")
-    values = dataset.select(range(min(limit, len(dataset))))[text_field]
-    prompts = [prompt_value(v, f"--dataset {spec} row {i}") for i, v in enumerate(values) if v not in (None, "")]
-    if not prompts:
-        raise WeMaskError(f"--dataset {spec} has no non-empty {text_field!r} values in its first {limit} rows")
-    return prompts
-
-
-def load_prompts(
-    prompts_file: Path | None, dataset: str | None, text_field: str, num_prompts: int | None
-) -> list[str | list[dict]]:
-    """Prompts from --prompts, --dataset, or the shipped default set; the first --num-prompts of them."""
-    if prompts_file and dataset:
-        raise WeMaskError("give prompts either with --prompts or with --dataset, not both")
-    if num_prompts is not None and num_prompts < 1:
-        raise WeMaskError(f"--num-prompts {num_prompts} is not valid: use 1 or more")
-    if dataset:
-        return read_dataset(dataset, text_field, num_prompts or DATASET_PROMPTS)
-    if prompts_file is None:
-        with resources.as_file(DEFAULT_PROMPTS) as path:
-            return read_prompt_file(path, "--prompts")[:num_prompts]
-    return read_prompt_file(prompts_file, "--prompts")[:num_prompts]
 
 
 def preview(prompt: str | list[dict], width: int = 60) -> str:
@@ -106,42 +68,6 @@ def sink_dims(layers: list[dict]) -> list[dict]:
         for dim, sinks in by_dim.items()
     ]
     return sorted(summary, key=lambda s: -s["layers"])
-
-
-def diversity_layers(model, ids: list, batch_size: int, pad_id: int) -> list[dict]:
-    """Per layer, each diversity measure (method/diversity.py) averaged over the prompts where it is defined."""
-    values = collect_diversity(model, ids, batch_size=batch_size, pad_id=pad_id).values
-    layers = next(iter(values.values())).shape[1]
-    return [{"layer": l, **{name: method.plain(values[name][:, l].nanmean()) for name in DIVERSITY}} for l in range(layers)]
-
-
-def masked_run(loaded: LoadedModel, ids: list, me_layer: int, rate: float, base: list[dict], **collect) -> dict:
-    """Sink mass, cross-prompt cosine and the diversity measures per layer with WeMask at `rate` from the ME layer,
-    against unmasked."""
-    apply_wemask(loaded.model, WeMaskConfig(mask_rate=rate, me_layer=me_layer))
-    try:
-        stats = method.collect_stats(loaded.model, ids, **collect)
-        diversity = diversity_layers(loaded.model, ids, collect["batch_size"], collect["pad_id"])
-    finally:
-        remove_wemask(loaded.model)
-    records = method.layer_records(stats, resolve_layers(loaded.model))
-    after = range(me_layer + 1, len(records))
-
-    def mean_after(rows: list[dict], key: str) -> float | None:
-        values = [rows[l][key] for l in after if rows[l][key] is not None]
-        return sum(values) / len(values) if values else None
-
-    return {
-        "mask_rate": rate,
-        "sink_mass": [r["sink_mass"] for r in records],
-        "first_token_cosine": [r["first_token_cosine"] for r in records],
-        "mean_sink_mass_after_me": mean_after(records, "sink_mass"),
-        "unmasked_mean_sink_mass_after_me": mean_after(base, "sink_mass"),
-        "mean_cosine_after_me": mean_after(records, "first_token_cosine"),
-        "unmasked_mean_cosine_after_me": mean_after(base, "first_token_cosine"),
-        "first_norm": [r["first_norm"] for r in records],
-        "diversity": diversity,
-    }
 
 
 def prompt_records(tokenizer, prompts: list, ids: list[list[int]], result) -> list[dict]:
@@ -208,7 +134,7 @@ def run_locate(
         "interventions": loaded.installed.describe() if getattr(loaded, "installed", None) else [],
     }
     if mask_rates and me is not None:
-        report["mask_rates"] = [masked_run(loaded, ids, me, rate, layers, **collect) for rate in mask_rates]
+        report["mask_rates"] = [masked_run(loaded.model, ids, me, rate, layers, **collect) for rate in mask_rates]
     report["verdict"] = verdict(report)
     return report
 
@@ -279,41 +205,19 @@ def verdict(report: dict) -> str:
     return text
 
 
-@dataclass
-class LocateRequest:
+class LocateRequest(MeasuringRequest):
     """Everything `wemask locate` was asked, parsed (`mask_rates`: the rates, already checked)."""
-
-    model: str | None = None
-    prompts: Path | None = None
-    dataset: str | None = None
-    text_field: str = "text"
-    num_prompts: int | None = None
-    max_length: int = 256
-    batch_size: int = 8
-    mask_rates: list[float] = field(default_factory=list)
-    json_out: Path | None = None
-    plot: Path | None = None
-    dtype: str = "auto"
-    base_quantization: str = "recorded"  # models.BASE_QUANTIZATIONS
-    overwrite: bool = False
-    trust_remote_code: bool = False
 
 
 def locate(request: LocateRequest, plot: Callable[[dict, Path], Path] | None = None) -> tuple[dict, list[Path]]:
     """The whole command: outputs and prompts checked before the model loads, the report measured, --json written and
     --plot drawn by `plot` (the CLI's renderer). Returns (the report, the files written)."""
     from wemask_cli.models.loading import load_model
-    from wemask_cli.models.sources import model_inputs
-    from wemask_cli.outputs import atomic_write_json, check_output_file
+    from wemask_cli.outputs import atomic_write_json
     from wemask_cli.runtime.progress import status, task
 
-    if request.plot is not None and request.plot.suffix.lower() != ".png":
-        raise WeMaskError(f"--plot {request.plot}: the plot is a PNG, give a file name ending in .png")
-    inputs = [*model_inputs(request.model), ("--prompts", request.prompts), ("--dataset", request.dataset)]
-    for path, flag in ((request.json_out, "--json"), (request.plot, "--plot")):
-        if path is not None:
-            check_output_file(path, overwrite=request.overwrite, flag=flag, inputs=inputs)
-    texts = load_prompts(request.prompts, request.dataset, request.text_field, request.num_prompts)
+    request.check_outputs()
+    texts = request.texts()
     with status("Loading model..."):
         loaded = load_model(request.model, dtype=request.dtype, quantization=request.base_quantization,
                             pretrained={"trust_remote_code": request.trust_remote_code})

@@ -21,7 +21,8 @@ Choices made here:
 - Attention-sink mass: the model runs with eager attention while measuring (restored afterwards); a hook
   reduces each layer's attention weights to one number per prompt (mean over heads and over queries after
   the first token of the weight on the first token) and drops them. Exact, and eager costs about what
-  sdpa does at these lengths on a CPU.
+  sdpa does at these lengths on a CPU. `sink_position`: the key position (0 = the first real token) with the most
+  attention over heads and the queries after the first token, per prompt (where the sink lands).
 - Residual sinks: per-dim counts of non-first tokens with |h_i| >= SINK_RMS x RMS(h) of the residual stream
   entering the pre-FFN norm (summarised in locate.residual_sinks).
 """
@@ -51,6 +52,7 @@ from wemask_cli.method.metrics import (
     rest_mean,
     sink_hits,
     sink_mass,
+    sink_position,
 )
 from wemask_cli.method.moe import chosen_outputs, experts_call
 
@@ -59,7 +61,7 @@ FRAC_SHARE = 0.01
 PER_PROMPT = (
     "first_norm", "other_norm", "max_abs", "max_token", "max_dim", "norm_magnification", "delta_frac", "delta_kl",
     "delta_c_up", "delta_c_gate", "delta_c_down", "ffn_magnification", "ffn_share", "sink_mass",
-    "attn_share", "routed_share", "shared_share",
+    "attn_share", "routed_share", "shared_share", "sink_position",
 )  # fmt: skip
 ACTIVATIONS = ("act_fn", "activation_fn")  # the FFN's act() module: Llama, Qwen, Mistral, Gemma; Phi-3
 
@@ -159,6 +161,7 @@ class Recorder:
         weights = out[1] if isinstance(out, tuple) and len(out) > 1 else None
         if isinstance(weights, torch.Tensor) and weights.dim() == 4:
             self.put("sink_mass", l, sink_mass(weights.float(), self.tokens))
+            self.put("sink_position", l, sink_position(weights.float(), self.tokens))
 
     def on_ffn_norm(self, l: int, residual: torch.Tensor, normed: torch.Tensor) -> None:
         h, residual = normed.float(), residual.float()

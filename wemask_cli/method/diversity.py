@@ -143,3 +143,12 @@ def collect_diversity(model: nn.Module, token_ids: Sequence[Sequence[int]], *, b
         run_batches(model, token_ids, start, batch_size=batch_size, pad_id=pad_id, padding_side=padding_side,
                     progress=progress)
     return stats
+
+
+def diversity_layers(model: nn.Module, token_ids: Sequence[Sequence[int]], batch_size: int, pad_id: int) -> list[dict]:
+    """Per layer, each measure (NAMES) averaged over the prompts where it is defined (None where none is)."""
+    from wemask_cli.method.locate import plain
+
+    values = collect_diversity(model, token_ids, batch_size=batch_size, pad_id=pad_id).values
+    layers = next(iter(values.values())).shape[1]
+    return [{"layer": l, **{name: plain(values[name][:, l].nanmean()) for name in NAMES}} for l in range(layers)]

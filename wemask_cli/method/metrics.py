@@ -80,6 +80,15 @@ def sink_mass(weights: torch.Tensor, tokens: Tokens) -> torch.Tensor:
     return rest_mean(on_first, tokens)
 
 
+def sink_position(weights: torch.Tensor, tokens: Tokens) -> torch.Tensor:
+    """(B,) the key position (counted from the first real token) that receives the most attention, averaged over
+    heads and the real queries after the first token; NaN for a 1-token row."""
+    received = torch.where(tokens.rest[:, None, :, None], weights, 0.0).sum(2).mean(1)  # (B, keys)
+    received = torch.where(tokens.real, received, -1.0)
+    position = (received.argmax(-1) - tokens.first).to(weights.dtype)
+    return torch.where(tokens.rest.any(-1), position, math.nan)
+
+
 def mean_pairwise_cosine(unit_sum: torch.Tensor, count: int) -> torch.Tensor:
     """Mean cosine over distinct pairs of `count` unit vectors from their sum: (|sum|^2 - n) / (n (n - 1))."""
     if count < 2:

@@ -88,12 +88,12 @@ def layer_count(spec: str | None) -> int | None:
     return layers if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0 else None
 
 
-def check_layer_index(layer, spec: str | None, flag: str = "--me-layer") -> None:
+def check_layer_index(layer, spec: str | None, flag: str = "--me-layer", auto: bool = True) -> None:
     """A 0-based layer index (`flag`'s value; 'auto' and None pass) inside the model `spec` names, where its config
-    is at hand."""
+    is at hand (`auto`: the flag also takes 'auto', and the message says so)."""
     if not isinstance(layer, int) or isinstance(layer, bool):
         return
     count = layer_count(spec)
     if count is not None and layer >= count:
         name = model_label(config_folder(spec)) if spec in DEFAULT_SPECS else spec
-        raise WeMaskError(f"{flag} {layer} is outside {name}: it has {count} layers, use 0..{count - 1} (0-based) or auto")
+        raise WeMaskError(f"{flag} {layer} is outside {name}: it has {count} layers, use 0..{count - 1} (0-based)" + (" or auto" if auto else ""))
