@@ -19,6 +19,7 @@ from torch import nn
 
 from wemask_cli.method.arch import LayerParts, hidden_size, resolve_layers
 from wemask_cli.method.config import WeMaskConfig, WeMaskConfigError
+from wemask_cli.method.direction import check_vectors, estimate_direction, remove_direction
 from wemask_cli.method.owned_hooks import OwnedHook, owned_hooks, register_hook, remove_owned
 from wemask_cli.method.tokens import first_token_positions, massive_token_positions
 
@@ -39,15 +40,18 @@ def cached_length(kwargs: dict, layer: int) -> int:
 class AttentionInputMask:
     """Forward pre-hook (with kwargs) on a layer's attention: scales the chosen dims of first (or massive) tokens.
 
-    `keep` is a (d,) vector: 1 - strength at the masked dims, 1 elsewhere. `active`, when given, is asked
-    on every call; while it returns False the hook changes nothing (DPO's unmasked reference pass).
+    `keep` is a (d,) vector: 1 - strength at the masked dims, 1 elsewhere. With `direction` (unit v, alpha * v)
+    the hook instead removes alpha * <h, v> v (select='direction'). `active`, when given, is asked on every call;
+    while it returns False the hook changes nothing (DPO's unmasked reference pass).
     """
 
-    def __init__(self, layer: int, dims: torch.Tensor, keep: torch.Tensor, active: Callable[[], bool] | None = None):
+    def __init__(self, layer: int, dims: torch.Tensor, keep: torch.Tensor, active: Callable[[], bool] | None = None,
+                 direction: tuple[torch.Tensor, torch.Tensor] | None = None):
         self.layer = layer
         self.dims = dims
         self.keep = keep
         self.active = active
+        self.direction = direction
 
     def __call__(self, module: nn.Module, args: tuple, kwargs: dict):
         chosen = kwargs.pop(TOKENS_KWARG, None)  # always taken out, so the attention never sees it
@@ -62,6 +66,10 @@ class AttentionInputMask:
             hidden, args = args[0], args[1:]
         if chosen is None:
             chosen = first_token_positions(kwargs.get("attention_mask"), kwargs.get("position_ids"), *hidden.shape[:2])
+        if self.direction is not None:
+            unit, scaled = (vector.to(device=hidden.device, dtype=hidden.dtype) for vector in self.direction)
+            kwargs["hidden_states"] = remove_direction(hidden, chosen.unsqueeze(-1), unit, scaled)
+            return args, kwargs
         keep = self.keep.to(device=hidden.device, dtype=hidden.dtype)
         kwargs["hidden_states"] = hidden * torch.where(chosen.unsqueeze(-1), keep, 1.0)  # x * 1 is exact
         return args, kwargs
@@ -183,8 +191,10 @@ def apply_wemask(
 ) -> WeMaskHandle:
     """Install WeMask on `model` (replacing any WeMask already there) and return its handle.
 
-    Dims come from `config.dims` when recorded (a saved run), else are selected now from the weights.
-    `calibration_input_ids` is used only by select='activation'. `active`: a zero-argument predicate asked
+    Dims come from `config.dims` when recorded (a saved run), else are selected now from the weights; for
+    select='direction', the massive direction comes from `config.vectors`, else is estimated now on the
+    unmasked model. `calibration_input_ids` (a 1 x T tensor, or a list of them for the direction) is used by
+    select='activation' and 'direction' only. `active`: a zero-argument predicate asked
     on every forward; while it returns False the hooks change nothing (e.g. DPO's unmasked reference pass).
     """
     remove_wemask(model)
@@ -192,22 +202,48 @@ def apply_wemask(
     if not config.active:
         return WeMaskHandle(model, config.with_updates(dims=None), [])
     layers = config.layer_indices(len(parts))
-    resolved = config.with_updates(dims=resolve_dims(config, parts, layers, calibration_input_ids, model))
+    if config.select == "direction":
+        resolved = resolve_direction(config, parts, layers, calibration_input_ids, model)
+    else:
+        resolved = config.with_updates(dims=resolve_dims(config, parts, layers, calibration_input_ids, model))
     d = hidden_size(parts)
     records = []
     for l in layers:
         device = next(parts[l].attention.parameters()).device
-        index = torch.tensor(resolved.dims[l], dtype=torch.long)
+        index = torch.tensor(resolved.dims[l] if resolved.dims else [], dtype=torch.long)
         keep = torch.ones(d, dtype=torch.float32)
         keep[index] = 1.0 - float(config.strength)
         if config.tokens == "massive":
             chooser = MassiveTokenChooser(l, active)
             records.append(register_hook(parts[l].layer, KIND, l, chooser, pre=True, with_kwargs=True))
-        hook = AttentionInputMask(l, index, keep.to(device), active)
+        direction = direction_pair(resolved, l, device)
+        hook = AttentionInputMask(l, index, keep.to(device), active, direction)
         # prepended: other interventions' attention pre-hooks (gated attention) see the masked input, whatever
         # the order they were installed in
         records.append(register_hook(parts[l].attention, KIND, l, hook, pre=True, with_kwargs=True, prepend=True))
     return WeMaskHandle(model, resolved, layers, records)
+
+
+def direction_pair(config: WeMaskConfig, layer: int, device) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(unit v, alpha * v) for `layer` of a direction mask (float32, on `device`); None for a dims mask."""
+    if config.select != "direction":
+        return None
+    unit = config.vectors[layer].to(device=device, dtype=torch.float32)
+    return unit, unit * float(config.strength)
+
+
+def resolve_direction(
+    config: WeMaskConfig, parts: Sequence[LayerParts], layers: Sequence[int], calibration, model: nn.Module
+) -> WeMaskConfig:
+    """`config` with its massive direction: the recorded vectors checked against the model, or estimated now."""
+    if config.vectors is not None:
+        check_vectors(config.vectors, layers, hidden_size(parts))
+        return config.with_updates(dims=None)
+    prompts = calibration if isinstance(calibration, (list, tuple)) else [calibration]
+    if calibration is None:
+        prompts = [None]  # first_token_attention_inputs' own default prompt
+    vectors, record = estimate_direction(model, parts, layers, prompts)
+    return config.with_updates(dims=None, vectors=vectors, direction=record)
 
 
 def resolve_dims(
