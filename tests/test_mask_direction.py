@@ -106,3 +106,38 @@ def test_saved_direction_reloads_and_is_checked(tmp_path):
 def test_refused_settings(changes, message):
     with pytest.raises(WeMaskConfigError, match=message):
         direction(**changes)
+
+
+def test_sft_aware_and_free_save_the_direction_and_reload_it(tmp_path, tiny_model_dir, monkeypatch, capsys):
+    from conftest import run_main
+    from test_sft import losses, sft
+
+    from wemask_cli.mask_request.flags import MaskRequest
+    from wemask_cli.method.wemask_hook import masked_layers
+    from wemask_cli.models.loading import load_model
+
+    plain = sft(tmp_path / "plain", tiny_model_dir)
+    runs = {mode: sft(tmp_path / mode, tiny_model_dir, mask_rate="1", me_layer="1", select="direction", strength=0.5, mode=mode)
+            for mode in ("aware", "free")}
+    assert losses(runs["free"]) == losses(plain) and losses(runs["aware"])[0] != pytest.approx(losses(plain)[0], abs=1e-6)
+    assert masked_layers(runs["aware"].trainer.model) == [1, 2, 3] and masked_layers(runs["free"].trainer.model) == []
+    for mode, result in runs.items():
+        folder = tmp_path / mode
+        assert (folder / DIRECTION_FILE).is_file()
+        loaded = load_model(str(folder), dtype="float32")
+        saved = loaded.saved_wemask
+        assert (saved.select, saved.strength, saved.mode, saved.direction["prompts"]) == ("direction", 0.5, mode, 4)
+        (config,) = MaskRequest().configs(loaded)  # what `wemask infer --model RUN` does: the saved vectors, not new ones
+        assert all(torch.equal(config.vectors[l], result.wemask.vectors[l].float()) for l in (1, 2, 3))
+    code, out, err = run_main(monkeypatch, capsys, "infer", "--model", str(tmp_path / "aware"), "--prompt", "Hello",
+                              "--max-new-tokens", "4", "--dtype", "float32")
+    assert code == 0, err
+    assert "massive direction removed (alpha=0.5)" in out + err
+
+
+def test_direction_with_massive_tokens_is_one_line(monkeypatch, capsys, tiny_model_dir):
+    from conftest import run_main
+
+    code, out, err = run_main(monkeypatch, capsys, "infer", "--model", tiny_model_dir, "--prompt", "Hi", "--mask-rate", "1",
+                              "--select", "direction", "--tokens", "massive")
+    assert code == 2 and "undefined for tokens='massive'" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from wemask_cli.runtime.atomic import atomic_write_text
+from wemask_cli.runtime.atomic import atomic_write, atomic_write_text
 from wemask_cli.runtime.errors import WeMaskError
 
 CONFIG_NAME = "wemask_config.json"
@@ -234,8 +234,6 @@ class WeMaskConfig:
         """Write wemask_config.json atomically (a temporary file, then os.replace), the direction's vectors first."""
         path = Path(directory) / CONFIG_NAME
         if self.vectors is not None:
-            from wemask_cli.method.direction import save_vectors
-
             save_vectors(directory, self.vectors)
         atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
         return path
@@ -265,8 +263,6 @@ def attach_vectors(config: WeMaskConfig, directory: str | Path) -> WeMaskConfig:
     """`config` with its saved massive direction read from `directory` (select='direction' with a recorded one)."""
     if config.select != "direction" or config.direction is None or config.vectors is not None:
         return config
-    from wemask_cli.method.direction import load_vectors
-
     config.vectors = load_vectors(directory)
     return config
 
@@ -275,3 +271,33 @@ def find_saved_config(directory: str | Path) -> WeMaskConfig | None:
     """The WeMaskConfig saved in a model directory, if it carries one."""
     path = Path(directory) / CONFIG_NAME
     return WeMaskConfig.load(path) if path.is_file() else None
+
+
+def save_vectors(directory: str | Path, vectors: dict) -> Path:
+    """Write wemask_direction.safetensors atomically; returns its path."""
+    import torch
+    from safetensors.torch import save_file
+
+    path = Path(directory) / DIRECTION_FILE
+    tensors = {f"layer.{l}": v.detach().to("cpu", torch.float32).contiguous().clone() for l, v in sorted(vectors.items())}
+    atomic_write(path, lambda temporary: save_file(tensors, temporary, metadata={"format": "pt", "written_by": "wemask"}))
+    return path
+
+
+def load_vectors(directory: str | Path) -> dict:
+    """The vectors a run folder saved; missing, unreadable or not finite: one line."""
+    import torch
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(directory) / DIRECTION_FILE
+    if not path.is_file():
+        raise WeMaskConfigError(f"{path} is missing: the run's select='direction' mask needs its saved massive direction")
+    try:
+        tensors = load_file(str(path))
+        vectors = {int(name.removeprefix("layer.")): value for name, value in tensors.items()}
+    except (SafetensorError, OSError, ValueError) as err:
+        raise WeMaskConfigError(f"{path} cannot be read ({err}): the run's massive direction is damaged") from None
+    if not all(bool(torch.isfinite(v).all()) for v in vectors.values()):
+        raise WeMaskConfigError(f"{path} holds NaN or infinity: the run's massive direction is damaged")
+    return vectors

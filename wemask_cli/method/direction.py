@@ -3,20 +3,19 @@
 v^(l) is the mean, over the locate prompts, of the first token's attention input at layer l (the normed input in
 pre-norm layouts), made a unit vector; one per masked layer, estimated on the model without a mask. The mask
 subtracts the first token's component along it: h~ = h - alpha * <h, v> v. A run saves the vectors beside its
-wemask_config.json (wemask_direction.safetensors, tensors "layer.<l>") so that a reload removes the same direction.
+wemask_config.json (config.DIRECTION_FILE, tensors "layer.<l>") so that a reload removes the same direction.
 Both engines compute the removal with `remove_direction`, the same arithmetic.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 from torch import nn
 
+from wemask_cli.method.arch import LayerParts
 from wemask_cli.method.config import DIRECTION_FILE, WeMaskConfigError
-from wemask_cli.runtime.atomic import atomic_write
 
 
 def remove_direction(hidden: torch.Tensor, chosen: torch.Tensor, unit: torch.Tensor, scaled: torch.Tensor) -> torch.Tensor:
@@ -27,13 +26,40 @@ def remove_direction(hidden: torch.Tensor, chosen: torch.Tensor, unit: torch.Ten
 
 
 @torch.no_grad()
+def first_token_attention_inputs(
+    model: nn.Module, parts: Sequence[LayerParts], layers: Sequence[int], input_ids: torch.Tensor | None
+) -> dict[int, torch.Tensor]:
+    """The first token's attention input (normed, in pre-norm layouts) at each layer, from one calibration forward."""
+    if input_ids is None:
+        config = getattr(model, "config", None)
+        start = getattr(config, "bos_token_id", None) or getattr(config, "eos_token_id", None) or 0
+        start = start[0] if isinstance(start, (list, tuple)) else start
+        input_ids = torch.tensor([[int(start), *range(100, 116)]])
+    device = next(model.parameters()).device
+    captured: dict[int, torch.Tensor] = {}
+
+    def capture(l: int, args: tuple, kwargs: dict) -> None:
+        hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+        captured[l] = hidden[0, 0].detach().float().cpu()
+
+    handles = [
+        parts[l].attention.register_forward_pre_hook(lambda _m, a, kw, l=l: capture(l, a, kw), with_kwargs=True)
+        for l in layers
+    ]
+    try:
+        model(input_ids=input_ids.to(device), use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return captured
+
+
+@torch.no_grad()
 def estimate_direction(
     model: nn.Module, parts: Sequence, layers: Sequence[int], prompts: Sequence[torch.Tensor]
 ) -> tuple[dict[int, torch.Tensor], dict]:
     """({layer: unit v}, what the config records: prompts, norms of the mean, mean cosine of each prompt's first
     token to v) from one forward per prompt (1 x T token ids)."""
-    from wemask_cli.method.wemask_hook import first_token_attention_inputs
-
     if not prompts:
         raise WeMaskConfigError("select='direction' needs at least one prompt to estimate the massive direction")
     per_prompt = [first_token_attention_inputs(model, parts, layers, ids) for ids in prompts]
@@ -60,32 +86,3 @@ def check_vectors(vectors: dict, layers: Sequence[int], d: int) -> None:
             f"the recorded massive direction does not fit this model/config (layers {bad}): expected a vector of size {d} "
             f"for each of layers {layers[0]}..{layers[-1]}; delete {DIRECTION_FILE} and 'direction' to estimate it again"
         )
-
-
-def save_vectors(directory: str | Path, vectors: dict[int, torch.Tensor]) -> Path:
-    """Write wemask_direction.safetensors atomically; returns its path."""
-    from safetensors.torch import save_file
-
-    path = Path(directory) / DIRECTION_FILE
-    tensors = {f"layer.{l}": v.detach().to("cpu", torch.float32).contiguous().clone() for l, v in sorted(vectors.items())}
-    atomic_write(path, lambda temporary: save_file(tensors, temporary, metadata={"format": "pt", "written_by": "wemask"}))
-    return path
-
-
-def load_vectors(directory: str | Path) -> dict[int, torch.Tensor]:
-    """The vectors a run folder saved; missing, unreadable or not finite: one line."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    path = Path(directory) / DIRECTION_FILE
-    if not path.is_file():
-        raise WeMaskConfigError(f"{path} is missing: the run's select='direction' mask needs its saved massive direction")
-    try:
-        tensors = load_file(str(path))
-        vectors = {int(name.removeprefix("layer.")): value for name, value in tensors.items()}
-    except (SafetensorError, OSError, ValueError) as err:
-        raise WeMaskConfigError(f"{path} cannot be read ({err}): the run's massive direction is damaged") from None
-    if not all(bool(torch.isfinite(v).all()) for v in vectors.values()):
-        raise WeMaskConfigError(f"{path} holds NaN or infinity: the run's massive direction is damaged")
-    return vectors
-

@@ -19,7 +19,7 @@ from torch import nn
 
 from wemask_cli.method.arch import LayerParts, hidden_size, resolve_layers
 from wemask_cli.method.config import WeMaskConfig, WeMaskConfigError
-from wemask_cli.method.direction import check_vectors, estimate_direction, remove_direction
+from wemask_cli.method.direction import check_vectors, estimate_direction, first_token_attention_inputs, remove_direction
 from wemask_cli.method.owned_hooks import OwnedHook, owned_hooks, register_hook, remove_owned
 from wemask_cli.method.tokens import first_token_positions, massive_token_positions
 
@@ -153,35 +153,6 @@ def select_dims(
     return {l: torch.topk(activations[l].abs(), k).indices.tolist() for l in layers}
 
 
-@torch.no_grad()
-def first_token_attention_inputs(
-    model: nn.Module, parts: Sequence[LayerParts], layers: Sequence[int], input_ids: torch.Tensor | None
-) -> dict[int, torch.Tensor]:
-    """The first token's attention input (normed, in pre-norm layouts) at each layer, from one calibration forward."""
-    if input_ids is None:
-        config = getattr(model, "config", None)
-        start = getattr(config, "bos_token_id", None) or getattr(config, "eos_token_id", None) or 0
-        start = start[0] if isinstance(start, (list, tuple)) else start
-        input_ids = torch.tensor([[int(start), *range(100, 116)]])
-    device = next(model.parameters()).device
-    captured: dict[int, torch.Tensor] = {}
-
-    def capture(l: int, args: tuple, kwargs: dict) -> None:
-        hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-        captured[l] = hidden[0, 0].detach().float().cpu()
-
-    handles = [
-        parts[l].attention.register_forward_pre_hook(lambda _m, a, kw, l=l: capture(l, a, kw), with_kwargs=True)
-        for l in layers
-    ]
-    try:
-        model(input_ids=input_ids.to(device), use_cache=False)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return captured
-
-
 def apply_wemask(
     model: nn.Module,
     config: WeMaskConfig,
@@ -271,3 +242,13 @@ def check_recorded_dims(config: WeMaskConfig, layers: Sequence[int], d: int) -> 
             f"the recorded dims do not fit this model/config (layers {bad or sorted(set(dims) ^ set(layers))}): "
             f"expected {k} dims in [0, {d}) for layers {layers[0]}..{layers[-1]}; drop 'dims' to reselect"
         )
+
+
+def estimate_on(model: nn.Module, config, token_ids: Sequence[Sequence[int]]) -> tuple[dict[int, torch.Tensor], dict]:
+    """estimate_direction for the layers `config` masks, from prompts given as token id lists (any WeMask removed
+    first: the direction is the unmasked model's)."""
+    remove_wemask(model)
+    parts = resolve_layers(model)
+    device = next(model.parameters()).device
+    prompts = [torch.tensor([list(ids)], device=device) for ids in token_ids if len(ids) > 0]
+    return estimate_direction(model, parts, config.layer_indices(len(parts)), prompts)
