@@ -16,6 +16,13 @@ ME = 1
 UNPACKED = ("gpt_oss",)  # its eager attention with sinks ignores packed position ids, unmasked too
 IDS = torch.tensor([[5, 17, 42, 9, 33, 71, 8]])
 OTHER = torch.tensor([[11, 12, 99, 4]])
+# the SPEC section 3 properties hold for each way of choosing what the first token loses: dims, or the massive direction
+MASKS = {"dims": {"mask_rate": 0.5}, "direction": {"mask_rate": 1.0, "select": "direction"}}
+
+
+@pytest.fixture(params=sorted(MASKS))
+def mask(request) -> dict:
+    return MASKS[request.param]
 
 
 def logits(model, **kwargs):
@@ -105,10 +112,10 @@ def padded_batch(side: str):
     return ids, mask, positions, pad
 
 
-def test_same_logits_alone_padded_and_packed(family):
+def test_same_logits_alone_padded_and_packed(family, mask):
     arch = family
     model = make_tiny_model(arch)
-    apply_wemask(model, WeMaskConfig(mask_rate=0.5, me_layer=ME))
+    apply_wemask(model, WeMaskConfig(me_layer=ME, **mask))
     alone = logits(model, input_ids=IDS)[0]
     other = logits(model, input_ids=OTHER)[0]
     with torch.no_grad():
@@ -148,10 +155,10 @@ def test_shifted_positions_alone_differ_from_unmasked_first_token():
         assert torch.count_nonzero(hidden[1, pad + 1]) > 0
 
 
-def test_cached_generation_equals_uncached(family):
+def test_cached_generation_equals_uncached(family, mask):
     arch = family
     model = make_tiny_model(arch)
-    apply_wemask(model, WeMaskConfig(mask_rate=0.7, me_layer=ME))
+    apply_wemask(model, WeMaskConfig(me_layer=ME, **mask))
     ids, mask, _, pad = padded_batch("left")
     kwargs = dict(attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0, eos_token_id=None)
     cached = model.generate(ids, use_cache=True, **kwargs)

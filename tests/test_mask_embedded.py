@@ -19,7 +19,18 @@ def encode(tokenizer, *texts):
     return tokenizer(list(texts), return_tensors="pt", padding=True)
 
 
-def test_identity_padding_packing_and_cache_on_the_embedded_model(embedded):
+def masked_config(embedded, select: str) -> WeMaskConfig:
+    """r = 0.3 of the dims, or the massive direction (estimated on the locate prompts, as the CLI does)."""
+    if select == "weight":
+        return WeMaskConfig(mask_rate=0.3, me_layer=ME)
+    from wemask_cli.mask_request.flags import with_direction
+
+    (config,) = with_direction([WeMaskConfig(mask_rate=1.0, me_layer=ME, select="direction")], embedded)
+    return config
+
+
+@pytest.mark.parametrize("select", ["weight", "direction"])
+def test_identity_padding_packing_and_cache_on_the_embedded_model(embedded, select):
     model, tokenizer = embedded.model, embedded.tokenizer
     short, long = "The cat sat.", "Massive activations sit on the first token of every prompt."
     alone = encode(tokenizer, long)
@@ -28,7 +39,7 @@ def test_identity_padding_packing_and_cache_on_the_embedded_model(embedded):
         plain = model(**alone).logits
         with apply_wemask(model, WeMaskConfig(mask_rate=0.0, me_layer=ME)):
             assert torch.equal(model(**alone).logits, plain)
-        handle = apply_wemask(model, WeMaskConfig(mask_rate=0.3, me_layer=ME))
+        handle = apply_wemask(model, masked_config(embedded, select))
         masked = model(**alone).logits
         masked_short = model(**short_ids).logits
         assert (masked - plain).abs().max() > 1.0, "the mask must change the embedded model's logits"
@@ -64,3 +75,26 @@ def test_weight_selection_on_the_embedded_model(embedded):
             assert dims == torch.topk(parts[layer].attn_norm.weight.abs(), 57).indices.sort().values.tolist()
     finally:
         handle.remove()
+
+
+def test_massive_direction_on_the_embedded_model(embedded):
+    """The first token points one way across the locate prompts from the ME layer on, and alpha = 1 removes its
+    component there (what is left is orthogonal to v), the other tokens untouched."""
+    config = masked_config(embedded, "direction")
+    assert config.direction["prompts"] == 4 and sorted(config.vectors) == list(range(ME, 30))
+    assert min(config.direction["cosines"].values()) > 0.9
+    parts = resolve_layers(embedded.model)
+    seen = {}
+    ids = encode(embedded.tokenizer, "Massive activations sit on the first token.")
+    with apply_wemask(embedded.model, config):
+        hooks = [parts[l].attention.register_forward_pre_hook(
+            lambda _m, _a, kw, l=l: seen.__setitem__(l, kw["hidden_states"][0].detach().clone()), with_kwargs=True)
+            for l in (ME, 20)]
+        with torch.no_grad():
+            embedded.model(**ids)
+        for hook in hooks:
+            hook.remove()
+    for l in (ME, 20):
+        first, rest = seen[l][0], seen[l][1:]
+        assert abs(float(first @ config.vectors[l])) < 1e-3 * float(first.norm() + 1)
+        assert (rest @ config.vectors[l]).abs().max() > 1e-3  # other tokens keep their component

@@ -158,6 +158,30 @@ def test_mask_is_a_tensor_op_on_positions_zero():
     assert all(torch.equal(layer.self_attn(positions=positions, hidden_states=hidden), hidden) for layer in model.model.layers)
 
 
+def test_direction_is_the_same_tensor_op_and_zero_is_exact():
+    """select='direction' removes alpha <h, v> v where positions == 0, as the transformers hook computes it; every
+    other token, and every layer at alpha = 0, is exactly its input."""
+    from wemask_cli.engines.vllm import VllmEngineError, current_mask, install_wemask
+    from wemask_cli.method.direction import remove_direction
+
+    model = LlamaForCausalLM()
+    unit = torch.nn.functional.normalize(torch.tensor([1.0, 2.0, -1.0, 0.5]), dim=0)
+    config = WeMaskConfig(mask_rate=1.0, me_layer=1, select="direction", strength=0.5, vectors={1: unit, 2: unit})
+    install_wemask(model, config)
+    assert current_mask(model) == {1: [], 2: []}
+    positions, hidden = torch.tensor([0, 1, 2, 0, 1]), torch.randn(5, 4)
+    out = [layer.self_attn(positions=positions, hidden_states=hidden) for layer in model.model.layers]
+    first = (positions == 0).unsqueeze(-1)
+    assert torch.equal(out[0], hidden) and torch.equal(out[2][[1, 2, 4]], hidden[[1, 2, 4]])
+    assert torch.equal(out[1], remove_direction(hidden, first, unit, unit * 0.5))
+    assert torch.allclose(out[1][[0, 3]] @ unit, 0.5 * (hidden[[0, 3]] @ unit), atol=1e-6)
+    # a compiling model is armed: every layer runs the code, and alpha = 0 gives every layer's input exactly
+    install_wemask(model, config.with_updates(strength=0.0))
+    assert all(torch.equal(layer.self_attn(positions=positions, hidden_states=hidden), hidden) for layer in model.model.layers)
+    with pytest.raises(VllmEngineError, match="needs its massive direction"):
+        install_wemask(model, config.with_updates(me_layer=2))
+
+
 def test_eager_model_carries_the_mask_on_masked_layers_only():
     """enforce_eager (do_not_compile): unmasked layers keep vLLM's own class, and r = 0 leaves none."""
     from wemask_cli.engines.vllm import install_wemask
@@ -234,14 +258,16 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
 
 
-@pytest.mark.parametrize("rate", [0.0, 0.3, 1.0])
-def test_greedy_tokens_match_transformers(engine, embedded, rate, capsys):
+@pytest.mark.parametrize(("rate", "select"), [(0.0, "weight"), (0.3, "weight"), (1.0, "weight"), (1.0, "direction")])
+def test_greedy_tokens_match_transformers(engine, embedded, rate, select, capsys):
     """Same greedy tokens as the transformers hooks; where a float32 kernel difference flips a near-tie, the
-    log-probabilities of everything before the flip agree within 1e-3 and the two tokens were a near-tie."""
+    log-probabilities of everything before the flip agree within 1e-3 and the two tokens were a near-tie.
+    select='direction': the massive direction estimated once (as `wemask infer/eval` do), the same in both."""
     from wemask_cli.engines.transformers import TransformersEngine
+    from wemask_cli.mask_request.flags import with_direction
     from wemask_cli.prompts.rendering import encode_left_truncated
 
-    config = WeMaskConfig(mask_rate=rate, me_layer=ME_LAYER)
+    (config,) = with_direction([WeMaskConfig(mask_rate=rate, me_layer=ME_LAYER, select=select)], embedded)
     encoded, _, _ = encode_left_truncated(embedded.tokenizer, PROMPTS, True, None)
     expected = hf_greedy(embedded, config, encoded)
     with engine.use_mask(config) as resolved:

@@ -34,12 +34,15 @@ MeLayerOpt = Annotated[
     Optional[str],
     typer.Option("--me-layer", help="0-based ME layer, or 'auto' to locate it (cached per model; the default with a positive --mask-rate)."),
 ]
-SelectOpt = Annotated[Optional[str], typer.Option(help="weight (the method: top |RMSNorm weight|) | activation | random.")]
+SelectOpt = Annotated[Optional[str], typer.Option(
+    help="weight (the method: top |RMSNorm weight|) | activation | random | direction (remove the first token's "
+    "component along the massive direction, estimated on the locate prompts; with --mask-rate 1, --strength is alpha).")]
 LayersOpt = Annotated[
     Optional[str],
     typer.Option(help="from-me (default) | me-only | all | a:b (0-based, b exclusive) | a: (to the last layer) | :b (from layer 0)."),
 ]
-StrengthOpt = Annotated[Optional[float], typer.Option(help="Masking strength in [0, 1]: dims are multiplied by 1 - strength.")]
+StrengthOpt = Annotated[Optional[float], typer.Option(
+    help="Masking strength in [0, 1]: dims are multiplied by 1 - strength (--select direction: the share alpha of the component removed).")]
 TokensOpt = Annotated[
     Optional[str],
     typer.Option(

@@ -20,7 +20,7 @@ from pathlib import Path
 from wemask_cli.interventions.base import Intervention, InterventionConfigError
 from wemask_cli.interventions.registry import config_from_dict
 from wemask_cli.interventions.wemask import WeMask
-from wemask_cli.method.config import CONFIG_NAME, WeMaskConfig
+from wemask_cli.method.config import CONFIG_NAME, WeMaskConfig, attach_vectors
 from wemask_cli.runtime.atomic import atomic_write, atomic_write_text
 
 INTERVENTIONS_FILE = "interventions.json"
@@ -166,6 +166,8 @@ def load_saved(directory: str | Path) -> SavedRun | None:
             raise InterventionConfigError(f"{path} lists interventions with parameters but no weights file")
         saved = SavedRun(configs, weights, INTERVENTIONS_FILE)
         check_wemask_agrees(directory, saved.wemask)
+        if saved.wemask is not None:
+            attach_vectors(saved.wemask, directory)  # select='direction': its saved vectors
         return saved
     if (directory / CONFIG_NAME).is_file():
         from wemask_cli.interventions.wemask import WeMask

@@ -71,9 +71,35 @@ class MaskRequest:
             overrides["mode"] = mode
         if self.rates is None:
             progress.say(f"Applying the WeMask config saved with {loaded.source}: {saved.describe()}")
-            return [saved.with_updates(**overrides) if overrides else saved]
+            return with_direction([saved.with_updates(**overrides) if overrides else saved], loaded)
         base = saved or WeMaskConfig()
-        return [base.with_updates(mask_rate=rate, **overrides) for rate in self.rates]
+        return with_direction([base.with_updates(mask_rate=rate, **overrides) for rate in self.rates], loaded)
+
+    def needs_direction(self, saved: WeMaskConfig | None) -> bool:
+        """Whether resolving these flags estimates a massive direction (so a transformers model must be loaded)."""
+        select = self.select or (saved.select if saved else None)
+        placed = self.layers is not None or self.me_layer is not None or self.select is not None
+        return select == "direction" and (placed or saved is None or saved.vectors is None)
+
+
+def with_direction(configs: list[WeMaskConfig], loaded: LoadedModel) -> list[WeMaskConfig]:
+    """The configs, each active select='direction' one with its massive direction (estimated once per placement on
+    the locate prompts, on the model as loaded, without a mask)."""
+    from wemask_cli.mask_request.me_layer_cache import locate_prompt_ids
+
+    estimated: dict = {}
+    done = []
+    for config in configs:
+        if config.active and config.select == "direction" and config.vectors is None:
+            key = (config.me_layer, config.layers)
+            if key not in estimated:
+                from wemask_cli.method.wemask_hook import estimate_on
+
+                with progress.status("Estimating the massive direction on the locate prompts..."):
+                    estimated[key] = estimate_on(loaded.model, config, locate_prompt_ids(loaded))
+            config = config.with_updates(vectors=estimated[key][0], direction=estimated[key][1])
+        done.append(config)
+    return done
 
 
 def parse_mask_rates(value) -> list[float] | None:

@@ -96,9 +96,14 @@ def read_entry(path: Path, key: str, layers: int) -> tuple[bool, int | None]:
     return False, None
 
 
+def locate_prompt_ids(loaded: LoadedModel) -> list[list[int]]:
+    """The token ids of the fast locate prompts (FAST_PROMPTS) in this model's tokenizer and chat template."""
+    return encode(loaded.tokenizer, list(FAST_PROMPTS), max_length=128)
+
+
 def cached_me_layer(loaded: LoadedModel) -> int | None:
     """The model's ME layer (None: no massive activation), located once on FAST_PROMPTS and then cached."""
-    token_ids = encode(loaded.tokenizer, list(FAST_PROMPTS), max_length=128)
+    token_ids = locate_prompt_ids(loaded)
     key = cache_key(loaded, token_ids)
     path = cache_dir() / "locate" / f"{key}.json"
     found, layer = read_entry(path, key, len(decoder_layers(loaded.model)))

@@ -7,17 +7,19 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from wemask_cli.runtime.atomic import atomic_write_text
+from wemask_cli.runtime.atomic import atomic_write, atomic_write_text
 from wemask_cli.runtime.errors import WeMaskError
 
 CONFIG_NAME = "wemask_config.json"
 CONFIG_VERSION = 1
 
-SELECTIONS = ("weight", "activation", "random")
+SELECTIONS = ("weight", "activation", "random", "direction")
 LAYER_RANGES = ("from-me", "me-only", "all")
 TOKEN_RULES = ("first", "massive")
 MODES = ("aware", "free")
 DIMS_DEPEND_ON = ("mask_rate", "me_layer", "select", "layers", "seed")
+DIRECTION_DEPENDS_ON = ("me_layer", "select", "layers")  # the massive direction is estimated per masked layer
+DIRECTION_FILE = "wemask_direction.safetensors"  # select='direction': the unit vectors, beside wemask_config.json
 
 
 class WeMaskConfigError(WeMaskError, ValueError):
@@ -91,6 +93,9 @@ class WeMaskConfig:
 
     `dims` records the chosen dims per layer once applied, so a saved run masks the same dims when reloaded.
     `mode` records how a training run used it (aware: in the training graph; free: at inference only).
+    select='direction' removes the share `strength` of the first token's component along the massive direction
+    instead of dims (r is 1 or 0: on or off); `direction` records how it was estimated and `vectors` holds it
+    ({layer: unit vector}, saved as DIRECTION_FILE, never in the JSON).
     """
 
     mask_rate: float = 0.0
@@ -102,6 +107,8 @@ class WeMaskConfig:
     seed: int = 0
     mode: str | None = None
     dims: dict[int, list[int]] | None = field(default=None, repr=False)
+    direction: dict | None = field(default=None, repr=False)
+    vectors: dict | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.mask_rate, bool) or not isinstance(self.mask_rate, (int, float)) or not (
@@ -120,6 +127,8 @@ class WeMaskConfig:
             raise WeMaskConfigError(f"select={self.select!r} is unknown: use one of {', '.join(SELECTIONS)}")
         if self.tokens not in TOKEN_RULES:
             raise WeMaskConfigError(f"tokens={self.tokens!r} is unknown: use one of {', '.join(TOKEN_RULES)}")
+        if self.select == "direction":
+            self.check_direction()
         if self.mode is not None and self.mode not in MODES:
             raise WeMaskConfigError(f"mode={self.mode!r} is unknown: use one of {', '.join(MODES)}")
         span = parse_layer_span(self.layers)
@@ -129,6 +138,21 @@ class WeMaskConfig:
             )
         if self.dims is not None:
             self.dims = parse_dims(self.dims)
+
+    def check_direction(self) -> None:
+        """select='direction' takes r 0 or 1 (off or on; --strength is alpha) and the first token only."""
+        if self.mask_rate not in (0, 1):
+            raise WeMaskConfigError(
+                f"select='direction' removes a direction, not a share of dims, so mask_rate={self.mask_rate:g} means "
+                "nothing: use --mask-rate 1 (on) or 0 (off), and --strength for the share alpha of the component removed"
+            )
+        if self.tokens != "first":
+            raise WeMaskConfigError(
+                f"select='direction' is undefined for tokens={self.tokens!r}: the massive direction is estimated on the "
+                "first token; use --tokens first with --select direction"
+            )
+        if self.direction is not None and not isinstance(self.direction, dict):
+            raise WeMaskConfigError(f"direction={str(self.direction)[:60]!r} is not valid: delete 'direction' to estimate it again")
 
     @property
     def active(self) -> bool:
@@ -158,6 +182,9 @@ class WeMaskConfig:
         """A copy with some fields changed; recorded dims are dropped when a field they depend on changes value."""
         if any(name in changes and changes[name] != getattr(self, name) for name in DIMS_DEPEND_ON):
             changes.setdefault("dims", None)
+        if any(name in changes and changes[name] != getattr(self, name) for name in DIRECTION_DEPENDS_ON):
+            changes.setdefault("direction", None)
+            changes.setdefault("vectors", None)
         return replace(self, **changes)
 
     def describe(self) -> str:
@@ -172,10 +199,15 @@ class WeMaskConfig:
         extra = f", strength {self.strength:g}" if self.strength != 1.0 else ""
         mode = f", {self.mode}" if self.mode else ""
         tokens = ", massive tokens" if self.tokens == "massive" else ""
+        if self.select == "direction":
+            return f"massive direction removed (alpha={self.strength:g}) at {where} (0-based{mode})"
         return f"r={self.mask_rate:g} at {where} (0-based; select={self.select}{extra}{tokens}{mode})"
 
     def to_dict(self) -> dict:
-        data = asdict(self)
+        data = asdict(replace(self, vectors=None))
+        del data["vectors"]
+        if data["direction"] is None:
+            del data["direction"]  # the file every other selection writes stays as it was
         data["dims"] = None if self.dims is None else {str(k): v for k, v in sorted(self.dims.items())}
         return {"version": CONFIG_VERSION, **data}
 
@@ -187,7 +219,7 @@ class WeMaskConfig:
             raise WeMaskConfigError(
                 f"wemask config version {version} is not supported (this wemask reads version {CONFIG_VERSION}): upgrade wemask"
             )
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - {"vectors"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise WeMaskConfigError(f"unknown wemask config keys {unknown}: allowed keys are {sorted(known)}")
@@ -199,8 +231,10 @@ class WeMaskConfig:
         return cls(**data)
 
     def save(self, directory: str | Path) -> Path:
-        """Write wemask_config.json atomically (a temporary file, then os.replace)."""
+        """Write wemask_config.json atomically (a temporary file, then os.replace), the direction's vectors first."""
         path = Path(directory) / CONFIG_NAME
+        if self.vectors is not None:
+            save_vectors(directory, self.vectors)
         atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
         return path
 
@@ -219,12 +253,51 @@ class WeMaskConfig:
         if not isinstance(data, dict):
             raise WeMaskConfigError(f"{path} does not hold a JSON object: fix or delete it")
         try:
-            return cls.from_dict(data)
+            config = cls.from_dict(data)
         except WeMaskConfigError as err:
             raise WeMaskConfigError(f"{path}: {err}") from None
+        return attach_vectors(config, path.parent)
+
+
+def attach_vectors(config: WeMaskConfig, directory: str | Path) -> WeMaskConfig:
+    """`config` with its saved massive direction read from `directory` (select='direction' with a recorded one)."""
+    if config.select != "direction" or config.direction is None or config.vectors is not None:
+        return config
+    config.vectors = load_vectors(directory)
+    return config
 
 
 def find_saved_config(directory: str | Path) -> WeMaskConfig | None:
     """The WeMaskConfig saved in a model directory, if it carries one."""
     path = Path(directory) / CONFIG_NAME
     return WeMaskConfig.load(path) if path.is_file() else None
+
+
+def save_vectors(directory: str | Path, vectors: dict) -> Path:
+    """Write wemask_direction.safetensors atomically; returns its path."""
+    import torch
+    from safetensors.torch import save_file
+
+    path = Path(directory) / DIRECTION_FILE
+    tensors = {f"layer.{l}": v.detach().to("cpu", torch.float32).contiguous().clone() for l, v in sorted(vectors.items())}
+    atomic_write(path, lambda temporary: save_file(tensors, temporary, metadata={"format": "pt", "written_by": "wemask"}))
+    return path
+
+
+def load_vectors(directory: str | Path) -> dict:
+    """The vectors a run folder saved; missing, unreadable or not finite: one line."""
+    import torch
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(directory) / DIRECTION_FILE
+    if not path.is_file():
+        raise WeMaskConfigError(f"{path} is missing: the run's select='direction' mask needs its saved massive direction")
+    try:
+        tensors = load_file(str(path))
+        vectors = {int(name.removeprefix("layer.")): value for name, value in tensors.items()}
+    except (SafetensorError, OSError, ValueError) as err:
+        raise WeMaskConfigError(f"{path} cannot be read ({err}): the run's massive direction is damaged") from None
+    if not all(bool(torch.isfinite(v).all()) for v in vectors.values()):
+        raise WeMaskConfigError(f"{path} holds NaN or infinity: the run's massive direction is damaged")
+    return vectors

@@ -19,6 +19,7 @@ from torch import nn
 
 from wemask_cli.method.arch import LayerParts, hidden_size, resolve_layers
 from wemask_cli.method.config import WeMaskConfig, WeMaskConfigError
+from wemask_cli.method.direction import check_vectors, estimate_direction, first_token_attention_inputs, remove_direction
 from wemask_cli.method.owned_hooks import OwnedHook, owned_hooks, register_hook, remove_owned
 from wemask_cli.method.tokens import first_token_positions, massive_token_positions
 
@@ -39,15 +40,18 @@ def cached_length(kwargs: dict, layer: int) -> int:
 class AttentionInputMask:
     """Forward pre-hook (with kwargs) on a layer's attention: scales the chosen dims of first (or massive) tokens.
 
-    `keep` is a (d,) vector: 1 - strength at the masked dims, 1 elsewhere. `active`, when given, is asked
-    on every call; while it returns False the hook changes nothing (DPO's unmasked reference pass).
+    `keep` is a (d,) vector: 1 - strength at the masked dims, 1 elsewhere. With `direction` (unit v, alpha * v)
+    the hook instead removes alpha * <h, v> v (select='direction'). `active`, when given, is asked on every call;
+    while it returns False the hook changes nothing (DPO's unmasked reference pass).
     """
 
-    def __init__(self, layer: int, dims: torch.Tensor, keep: torch.Tensor, active: Callable[[], bool] | None = None):
+    def __init__(self, layer: int, dims: torch.Tensor, keep: torch.Tensor, active: Callable[[], bool] | None = None,
+                 direction: tuple[torch.Tensor, torch.Tensor] | None = None):
         self.layer = layer
         self.dims = dims
         self.keep = keep
         self.active = active
+        self.direction = direction
 
     def __call__(self, module: nn.Module, args: tuple, kwargs: dict):
         chosen = kwargs.pop(TOKENS_KWARG, None)  # always taken out, so the attention never sees it
@@ -62,6 +66,10 @@ class AttentionInputMask:
             hidden, args = args[0], args[1:]
         if chosen is None:
             chosen = first_token_positions(kwargs.get("attention_mask"), kwargs.get("position_ids"), *hidden.shape[:2])
+        if self.direction is not None:
+            unit, scaled = (vector.to(device=hidden.device, dtype=hidden.dtype) for vector in self.direction)
+            kwargs["hidden_states"] = remove_direction(hidden, chosen.unsqueeze(-1), unit, scaled)
+            return args, kwargs
         keep = self.keep.to(device=hidden.device, dtype=hidden.dtype)
         kwargs["hidden_states"] = hidden * torch.where(chosen.unsqueeze(-1), keep, 1.0)  # x * 1 is exact
         return args, kwargs
@@ -145,35 +153,6 @@ def select_dims(
     return {l: torch.topk(activations[l].abs(), k).indices.tolist() for l in layers}
 
 
-@torch.no_grad()
-def first_token_attention_inputs(
-    model: nn.Module, parts: Sequence[LayerParts], layers: Sequence[int], input_ids: torch.Tensor | None
-) -> dict[int, torch.Tensor]:
-    """The first token's attention input (normed, in pre-norm layouts) at each layer, from one calibration forward."""
-    if input_ids is None:
-        config = getattr(model, "config", None)
-        start = getattr(config, "bos_token_id", None) or getattr(config, "eos_token_id", None) or 0
-        start = start[0] if isinstance(start, (list, tuple)) else start
-        input_ids = torch.tensor([[int(start), *range(100, 116)]])
-    device = next(model.parameters()).device
-    captured: dict[int, torch.Tensor] = {}
-
-    def capture(l: int, args: tuple, kwargs: dict) -> None:
-        hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-        captured[l] = hidden[0, 0].detach().float().cpu()
-
-    handles = [
-        parts[l].attention.register_forward_pre_hook(lambda _m, a, kw, l=l: capture(l, a, kw), with_kwargs=True)
-        for l in layers
-    ]
-    try:
-        model(input_ids=input_ids.to(device), use_cache=False)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return captured
-
-
 def apply_wemask(
     model: nn.Module,
     config: WeMaskConfig,
@@ -183,8 +162,10 @@ def apply_wemask(
 ) -> WeMaskHandle:
     """Install WeMask on `model` (replacing any WeMask already there) and return its handle.
 
-    Dims come from `config.dims` when recorded (a saved run), else are selected now from the weights.
-    `calibration_input_ids` is used only by select='activation'. `active`: a zero-argument predicate asked
+    Dims come from `config.dims` when recorded (a saved run), else are selected now from the weights; for
+    select='direction', the massive direction comes from `config.vectors`, else is estimated now on the
+    unmasked model. `calibration_input_ids` (a 1 x T tensor, or a list of them for the direction) is used by
+    select='activation' and 'direction' only. `active`: a zero-argument predicate asked
     on every forward; while it returns False the hooks change nothing (e.g. DPO's unmasked reference pass).
     """
     remove_wemask(model)
@@ -192,22 +173,48 @@ def apply_wemask(
     if not config.active:
         return WeMaskHandle(model, config.with_updates(dims=None), [])
     layers = config.layer_indices(len(parts))
-    resolved = config.with_updates(dims=resolve_dims(config, parts, layers, calibration_input_ids, model))
+    if config.select == "direction":
+        resolved = resolve_direction(config, parts, layers, calibration_input_ids, model)
+    else:
+        resolved = config.with_updates(dims=resolve_dims(config, parts, layers, calibration_input_ids, model))
     d = hidden_size(parts)
     records = []
     for l in layers:
         device = next(parts[l].attention.parameters()).device
-        index = torch.tensor(resolved.dims[l], dtype=torch.long)
+        index = torch.tensor(resolved.dims[l] if resolved.dims else [], dtype=torch.long)
         keep = torch.ones(d, dtype=torch.float32)
         keep[index] = 1.0 - float(config.strength)
         if config.tokens == "massive":
             chooser = MassiveTokenChooser(l, active)
             records.append(register_hook(parts[l].layer, KIND, l, chooser, pre=True, with_kwargs=True))
-        hook = AttentionInputMask(l, index, keep.to(device), active)
+        direction = direction_pair(resolved, l, device)
+        hook = AttentionInputMask(l, index, keep.to(device), active, direction)
         # prepended: other interventions' attention pre-hooks (gated attention) see the masked input, whatever
         # the order they were installed in
         records.append(register_hook(parts[l].attention, KIND, l, hook, pre=True, with_kwargs=True, prepend=True))
     return WeMaskHandle(model, resolved, layers, records)
+
+
+def direction_pair(config: WeMaskConfig, layer: int, device) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(unit v, alpha * v) for `layer` of a direction mask (float32, on `device`); None for a dims mask."""
+    if config.select != "direction":
+        return None
+    unit = config.vectors[layer].to(device=device, dtype=torch.float32)
+    return unit, unit * float(config.strength)
+
+
+def resolve_direction(
+    config: WeMaskConfig, parts: Sequence[LayerParts], layers: Sequence[int], calibration, model: nn.Module
+) -> WeMaskConfig:
+    """`config` with its massive direction: the recorded vectors checked against the model, or estimated now."""
+    if config.vectors is not None:
+        check_vectors(config.vectors, layers, hidden_size(parts))
+        return config.with_updates(dims=None)
+    prompts = calibration if isinstance(calibration, (list, tuple)) else [calibration]
+    if calibration is None:
+        prompts = [None]  # first_token_attention_inputs' own default prompt
+    vectors, record = estimate_direction(model, parts, layers, prompts)
+    return config.with_updates(dims=None, vectors=vectors, direction=record)
 
 
 def resolve_dims(
@@ -235,3 +242,13 @@ def check_recorded_dims(config: WeMaskConfig, layers: Sequence[int], d: int) -> 
             f"the recorded dims do not fit this model/config (layers {bad or sorted(set(dims) ^ set(layers))}): "
             f"expected {k} dims in [0, {d}) for layers {layers[0]}..{layers[-1]}; drop 'dims' to reselect"
         )
+
+
+def estimate_on(model: nn.Module, config, token_ids: Sequence[Sequence[int]]) -> tuple[dict[int, torch.Tensor], dict]:
+    """estimate_direction for the layers `config` masks, from prompts given as token id lists (any WeMask removed
+    first: the direction is the unmasked model's)."""
+    remove_wemask(model)
+    parts = resolve_layers(model)
+    device = next(model.parameters()).device
+    prompts = [torch.tensor([list(ids)], device=device) for ids in token_ids if len(ids) > 0]
+    return estimate_direction(model, parts, config.layer_indices(len(parts)), prompts)

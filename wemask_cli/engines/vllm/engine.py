@@ -175,8 +175,8 @@ def vllm_dtype(dtype: str) -> str:
 
 
 def load_vllm(spec: str | None, dtype: str, request, job: VllmJob | None = None) -> tuple[VllmEngine, list]:
-    """(the started VllmEngine, the mask configs to run). `--me-layer auto` locates the ME layer with the
-    transformers model first (cached per model), which is freed before vLLM starts."""
+    """(the started VllmEngine, the mask configs to run). `--me-layer auto` locates the ME layer, and `--select
+    direction` estimates the massive direction, with the transformers model first (freed before vLLM starts)."""
     from wemask_cli.engines.vllm.support import require_vllm, warn_version_once
     from wemask_cli.engines.vllm.tensor_mask import check_config
     from wemask_cli.models.loading import LoadedModel, load_model, load_tokenizer, resolve_dtype, saved_run
@@ -190,8 +190,8 @@ def load_vllm(spec: str | None, dtype: str, request, job: VllmJob | None = None)
     check_request(request, source)
     require_finite_folder(source)  # the transformers path's refusal, before vLLM serves the weights
     plain = LoadedModel(model=None, tokenizer=None, source=source, saved=saved_run(source))
-    if request.effective_me_layer(plain.saved_wemask) == "auto":
-        plain = load_model(source, dtype=dtype, interventions=False)
+    if request.effective_me_layer(plain.saved_wemask) == "auto" or request.needs_direction(plain.saved_wemask):
+        plain = load_model(source, dtype=dtype, interventions=False)  # locates, or estimates the massive direction
     configs = request.configs(plain)
     for config in configs:
         if config is not None:

@@ -4,9 +4,11 @@ Each decoder layer's attention module gets a subclass whose forward first comput
 
     hidden_states * torch.where((positions == 0)[:, None], wemask_keep, 1.0)
 
-and then runs the original forward. `wemask_keep` is a non-persistent buffer (1 - strength at the masked dims,
-1 elsewhere). vLLM has no padding and restarts `positions` at 0 for each sequence, so `positions == 0` is each
-sequence's first real token. In eager mode only the masked layers carry it (none at r = 0). When vLLM compiles the
+followed by `remove_direction` (method/direction.py) with the buffers `wemask_unit` and `wemask_scaled` (select
+'direction': the unit massive direction v and alpha * v; zero otherwise, which subtracts exactly 0), and then runs
+the original forward. `wemask_keep` is a non-persistent buffer (1 - strength at the masked dims, 1 elsewhere).
+vLLM has no padding and restarts `positions` at 0 for each sequence, so `positions == 0` is each sequence's first
+real token. In eager mode only the masked layers carry it (none at r = 0). When vLLM compiles the
 model, every layer carries it from before the compile (`arm`) and later changes are written into the buffers in
 place, so the graph compiled once keeps reading the current mask (x * 1 is exact: unmasked layers are untouched).
 
@@ -26,10 +28,12 @@ from torch import nn
 from wemask_cli.compat.vllm import check_attention_forward, compile_state
 from wemask_cli.method.arch import ArchSpec, LayerParts
 from wemask_cli.method.config import WeMaskConfig
+from wemask_cli.method.direction import check_vectors, remove_direction
 from wemask_cli.method.wemask_hook import resolve_dims
 from wemask_cli.runtime.errors import WeMaskError
 
 BUFFER = "wemask_keep"
+UNIT, SCALED = "wemask_unit", "wemask_scaled"  # select='direction': v and alpha * v (zero: nothing removed)
 
 
 @dataclass(frozen=True)
@@ -78,8 +82,10 @@ def masked_class(base: type) -> type:
         def forward(self, *args, **kwargs):
             kwargs.update(zip(names, args))
             positions, hidden_states = kwargs["positions"], kwargs["hidden_states"]
-            keep = getattr(self, BUFFER).to(hidden_states.dtype)
-            kwargs["hidden_states"] = hidden_states * torch.where((positions == 0).unsqueeze(-1), keep, 1.0)
+            dtype, first = hidden_states.dtype, (positions == 0).unsqueeze(-1)
+            hidden_states = hidden_states * torch.where(first, getattr(self, BUFFER).to(dtype), 1.0)
+            unit, scaled = getattr(self, UNIT).to(dtype), getattr(self, SCALED).to(dtype)
+            kwargs["hidden_states"] = remove_direction(hidden_states, first, unit, scaled)
             return base.forward(self, **kwargs)
 
         _MASKED_CLASSES[base] = type(f"WeMasked{base.__name__}", (base,), {"forward": forward})
@@ -130,6 +136,11 @@ def check_config(config: WeMaskConfig) -> None:
             "select='activation' needs a calibration forward that the vLLM engine does not run: use --engine "
             "transformers, or a saved run whose wemask_config.json records its dims"
         )
+    if config.active and config.select == "direction" and config.vectors is None:
+        raise VllmEngineError(
+            "select='direction' needs its massive direction, estimated with a transformers forward that the vLLM "
+            "engine does not run: give the flags to `wemask infer/eval` (they estimate it first), or a saved run"
+        )
 
 
 @dataclass
@@ -153,29 +164,44 @@ def install_wemask(model: nn.Module, config: WeMaskConfig | None) -> InstalledMa
     check_config(config)
     parts = vllm_layer_parts(model)
     layers = config.layer_indices(len(parts)) if config.active else []
-    dims = resolve_dims(config, parts, layers, None, model) if layers else {}
+    vectors = config.vectors if layers and config.select == "direction" else {}
+    if vectors:
+        check_vectors(vectors, layers, parts[0].attn_norm.weight.numel())
+    dims = resolve_dims(config, parts, layers, None, model) if layers and not vectors else {}
     if compiles(model):
         arm(model)
     else:
         for part in parts:
-            set_masked_forward(part, part.index in dims)
+            set_masked_forward(part, part.index in dims or part.index in vectors)
     for part in parts:
-        keep = getattr(part.attention, BUFFER, None)
-        if keep is not None:
-            keep.fill_(1.0)
-            if part.index in dims:
-                keep[torch.tensor(dims[part.index], dtype=torch.long, device=keep.device)] = 1.0 - float(config.strength)
+        if hasattr(part.attention, BUFFER):
+            write_buffers(part.attention, dims.get(part.index), vectors.get(part.index), float(config.strength))
     return InstalledMask(config.with_updates(dims=dims or None), layers)
+
+
+def write_buffers(attention: nn.Module, dims: list[int] | None, unit: torch.Tensor | None, strength: float) -> None:
+    """One layer's mask values in place: `keep` below 1 at `dims`, or the direction `unit` and strength * unit."""
+    keep = getattr(attention, BUFFER)
+    keep.fill_(1.0)
+    if dims:
+        keep[torch.tensor(dims, dtype=torch.long, device=keep.device)] = 1.0 - strength
+    vector = torch.zeros_like(keep) if unit is None else unit.to(device=keep.device, dtype=torch.float32)
+    getattr(attention, UNIT).copy_(vector)
+    getattr(attention, SCALED).copy_(vector * strength)  # the transformers hook's alpha * v, the same arithmetic
 
 
 def set_masked_forward(part: LayerParts, masked: bool) -> None:
     """Give one layer's attention the masked forward (identity `keep` buffer), or its original class back."""
     if masked and not hasattr(part.attention, BUFFER):
-        part.attention.register_buffer(BUFFER, torch.ones_like(part.attn_norm.weight), persistent=False)
+        weight = part.attn_norm.weight
+        part.attention.register_buffer(BUFFER, torch.ones_like(weight, dtype=torch.float32), persistent=False)
+        for name in (UNIT, SCALED):
+            part.attention.register_buffer(name, torch.zeros_like(weight, dtype=torch.float32), persistent=False)
         part.attention.__class__ = masked_class(type(part.attention))
     elif not masked and hasattr(part.attention, BUFFER):
         part.attention.__class__ = type(part.attention).__mro__[1]
-        delattr(part.attention, BUFFER)
+        for name in (BUFFER, UNIT, SCALED):
+            delattr(part.attention, name)
 
 
 def arm(model: nn.Module) -> None:
@@ -222,10 +248,13 @@ def remove_wemask(model: nn.Module) -> int:
 
 
 def current_mask(model: nn.Module) -> dict[int, list[int]]:
-    """{layer: masked dims} as the model holds them now (dims whose keep is below 1)."""
+    """{layer: masked dims} as the model holds them now (dims whose keep is below 1; [] for a layer that removes a
+    direction)."""
     found = {}
     for part in vllm_layer_parts(model):
         keep = getattr(part.attention, BUFFER, None)
         if keep is not None and bool((keep < 1).any()):
             found[part.index] = torch.nonzero(keep < 1).flatten().tolist()
+        elif keep is not None and bool(getattr(part.attention, SCALED).any()):
+            found[part.index] = []
     return found
