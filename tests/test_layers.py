@@ -13,7 +13,7 @@ Ranks (a module may import its own rank or lower, except as the rules below say)
     3  engines/                   where a forward runs (transformers, vLLM); imported only by commands/, eval/, train/
     2  models/, mask_request/, prompts/, data/, interventions/, probes/, rewards/
                                   the building blocks eval and train share
-    1  outputs/, resources/, runtime/{progress,ranks,finite,hub,plugins,registry,cache_dir,tested}
+    1  outputs/, resources/, runtime/{progress,ranks,finite,hub,plugins,registry,cache_dir,tested,launch}
                                   plumbing with no knowledge of models or data
     0  method/, the package root  the science (torch only); wemask_cli/__init__.py re-exports it lazily
        compat/, runtime/versions  other libraries' internals, each behind a checked name; installed versions
@@ -52,7 +52,7 @@ RANKS = {
     "engines": 3,
     **dict.fromkeys(("models", "mask_request", "prompts", "data", "interventions", "probes", "rewards"), 2),
     **dict.fromkeys(("outputs", "resources", "runtime.progress", "runtime.ranks", "runtime.finite", "runtime.hub",
-                     "runtime.plugins", "runtime.registry", "runtime.cache_dir", "runtime.tested"), 1),
+                     "runtime.plugins", "runtime.registry", "runtime.cache_dir", "runtime.tested", "runtime.launch"), 1),
     **dict.fromkeys(("method", "", "compat", "runtime.versions"), 0),
     **dict.fromkeys(("runtime", "runtime.errors", "runtime.atomic"), -1),
 }

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from wemask_cli.runtime.ranks import main_only
-
-EVAL_SUMMARY = ("Evaluate one model at several mask rates in one process: table, metrics.json, results.csv, "
+EVAL_SUMMARY = ("Evaluate one model at several mask rates in one run: table, metrics.json, results.csv, "
                 "examples.jsonl, curve.png.")
 
 
@@ -33,5 +31,6 @@ def summaries() -> dict[str, str]:
 def register(app: typer.Typer, name: str) -> None:
     """`wemask eval` (imports its flags, which load the eval-task plugins)."""
     from wemask_cli.cli.eval_flags import eval_
+    from wemask_cli.cli.launch import launchable
 
-    app.command(name, help=eval_help())(main_only(eval_))  # under a launcher: rank 0 works, the others wait
+    app.command(name, help=eval_help())(launchable(eval_))  # under a launcher: every process its share of the batches

@@ -28,6 +28,7 @@ from wemask_cli.eval.quantize.schemes import DEFAULT_BLOCK_SIZE, block_size_help
 from wemask_cli.eval.tasks.base import TASK_FLAGS, TaskFlag
 from wemask_cli.eval.tasks.registry import accepting, declaring, task_flags, task_help, tasks  # torch-free registry
 from wemask_cli.runtime.progress import warn
+from wemask_cli.runtime.ranks import is_main_process
 
 Text = Optional[str]
 
@@ -147,6 +148,8 @@ def eval_(
         ),
     )
     document, folder, written = run_eval(request, plot=lambda doc, out: eval_curve_png(doc, out / "curve.png"))
+    if not is_main_process():
+        return  # under a launcher the main process speaks for all
     for table in eval_tables(document, console.width):  # fits the terminal: no header cut
         console.print(table)
     err_console.print(f"Wrote {', '.join(p.name for p in written)} to {folder}")

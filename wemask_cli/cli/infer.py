@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import typer
 
-from wemask_cli.runtime.ranks import main_only
-
 INFER_HELP = """Generate with and without WeMask; several --mask-rate values are shown side by side (one model load).
 
 Without --mask-rate, the wemask_config.json saved in the model directory is applied, else no mask.
@@ -20,5 +18,6 @@ def summaries() -> dict[str, str]:
 def register(app: typer.Typer, name: str) -> None:
     """`wemask infer` (imports its flags, which load the engine plugins)."""
     from wemask_cli.cli.infer_flags import infer
+    from wemask_cli.cli.launch import launchable
 
-    app.command(name, help=INFER_HELP)(main_only(infer))  # under a launcher: rank 0 works, the others wait
+    app.command(name, help=INFER_HELP)(launchable(infer))  # under a launcher: every process its share of the batches

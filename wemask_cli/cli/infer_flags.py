@@ -25,6 +25,7 @@ from wemask_cli.cli.options import (
 )
 from wemask_cli.commands import DEFAULT_ENGINE
 from wemask_cli.prompts.files import PROMPT_FILE_LAYOUTS
+from wemask_cli.runtime.ranks import is_main_process
 
 
 def infer(
@@ -65,6 +66,8 @@ def infer(
         vllm_memory=vllm_memory, trust_remote_code=trust_remote_code,
     )
     records = run_infer_command(request)
+    if not is_main_process():
+        return  # under a launcher the main process speaks for all
     console.print(completions_table(records))
     if output:
         err_console.print(f"Wrote {len(records)} records to {output}")

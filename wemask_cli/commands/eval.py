@@ -16,7 +16,8 @@ from pathlib import Path
 
 from wemask_cli.engines.base import DEFAULT_ENGINE
 from wemask_cli.eval.settings import EvalSettings
-from wemask_cli.outputs import check_inputs_outside, check_writable, claim_output_dir
+from wemask_cli.outputs import check_inputs_outside, check_writable, claim_on_main
+from wemask_cli.runtime import ranks
 from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.runtime.progress import say, status
 
@@ -138,13 +139,15 @@ def run_eval(request: EvalRequest, plot: Callable[[dict, Path], Path] | None = N
     from wemask_cli.models.preflight import check_model
 
     check_model(request.model, request.mask.me_layer)  # before torch is imported
-    output, created = (Path(request.output).expanduser(), []) if request.output else default_output(task.name)
+    ranks.join_group()  # under a launcher: every process evaluates its share of the batches (ranks.map_batches)
+    output, created = ((Path(request.output).expanduser(), []) if request.output
+                       else ranks.from_main(lambda: default_output(task.name)))  # one folder, named by the main process
     if request.overwrite:
         from wemask_cli.models.sources import model_inputs
 
         inputs = [*model_inputs(request.model), *task.inputs()]
         check_inputs_outside(output, inputs, flag="--output")
-    with claim_output_dir(output, overwrite=request.overwrite, kind="eval", flag="--output", created=created) as claim:
+    with claim_on_main(output, overwrite=request.overwrite, kind="eval", flag="--output", created=created) as claim:
         data = task.load()
         sweep, engine = evaluate(request, task, data)
         claim.clear()  # --overwrite: the previous output goes only after the data and the model were read
@@ -153,6 +156,8 @@ def run_eval(request: EvalRequest, plot: Callable[[dict, Path], Path] | None = N
                                     settings=task.settings, seeds_vary=task.seed_note(), prov=prov)
         document["engine"] = request.engine
         document.update(task.document_extra())
+        if not ranks.is_main_process():
+            return document, output, []  # the main process writes
         staged = claim.staging("eval")  # only what it writes is recorded, whatever else the folder gets meanwhile
         written = write_outputs(document, sweep.records, staged)
         if plot is not None:
@@ -178,8 +183,8 @@ def evaluate(request: EvalRequest, task, data):
     settings = task.settings
     batch_size = settings.batch_size
     if batch_size == "auto" and task.auto_batch:
-        with status("Finding the largest batch that fits (--batch-size auto)..."):
-            batch_size = engine.fit_batch_size(prepared.longest, prepared.units)
+        with status("Finding the largest batch that fits (--batch-size auto)..."):  # the main process's, for all
+            batch_size = ranks.from_main(lambda: engine.fit_batch_size(prepared.longest, prepared.units))
         say(f"--batch-size auto: {batch_size}")
         task.settings = settings = _with_batch(settings, batch_size)
     variants = 1

@@ -13,6 +13,7 @@ from wemask_cli.prompts.files import read_prompt_file
 from wemask_cli.prompts.rendering import encode_left_truncated, warn_truncated
 from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.runtime.finite import check_temperature
+from wemask_cli.runtime.ranks import is_main_process, join_group
 
 
 @dataclass
@@ -134,10 +135,11 @@ def infer(request: InferRequest) -> list[dict]:
     prompts = read_prompts(request.prompts, request.input)
     engine_class(request.engine).check_installed()  # then the model, before torch is imported
     check_model(request.model, request.mask.me_layer)
+    join_group()  # under a launcher: every process generates its share of the batches (runtime.ranks.map_batches)
     with status(engine_class(request.engine).loading()):
         engine, configs = load_for_infer(request, prompts)  # torch: once inputs are good
     with status(f"Generating {len(prompts)} prompt(s) x {len(configs)} setting(s)..."):
         records = run_infer(engine, prompts, configs, request.settings)
-    if request.output:
+    if request.output and is_main_process():  # every process holds every record: the main process writes them
         write_jsonl(records, request.output)
     return records

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wemask_cli.train.launch import SHOWN as SHOWN_LAUNCH_FLAGS
+from wemask_cli.runtime.launch import SHOWN as SHOWN_LAUNCH_FLAGS
 from wemask_cli.train.options import TrainOptions
 from wemask_cli.train.stage_registry import StageSpec, builtin_specs, plugin_stage_names, stage_specs
 from wemask_cli.train.trl_vocabulary import alias_flags, trl_spellings
@@ -35,12 +35,12 @@ class Training:
 def run_training(spec: StageSpec, options: dict, stage_options: dict, intervention_options: dict, extra_args: list[str],
                  own_flags: list[str], help_trl: bool = False, launch_options: dict | None = None) -> Training:
     """Check the mask flags, TRL's pass-through flags, the data and the model (before torch is imported), then list
-    TRL's options (`help_trl`), start the run through accelerate (a launch flag given: train/launch.py), or train the
+    TRL's options (`help_trl`), start the run through accelerate (a launch flag given: runtime/launch.py), or train the
     stage `spec` declares with the shared run."""
     from wemask_cli.mask_request.flags import MaskRequest
 
     MaskRequest.parse(*(options[name] for name in MASK_FLAGS))  # a typo answers before torch is imported
-    from wemask_cli.train import launch
+    from wemask_cli.runtime import launch
     from wemask_cli.train.trl_flags import check_extra_args, trl_flags
 
     launch_flags, extra_args = launch.launch_flags_in(launch_options or {}, extra_args, own_flags, trl_flags(spec.trl_config) or ())

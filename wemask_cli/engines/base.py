@@ -134,14 +134,15 @@ class Engine:
                       advance: Callable[[int], None] | None = None) -> list[list[float]]:
         """log p(option | context) summed over the option's tokens, for every (context ids, [option ids]) group:
         each context + option scored as one sequence (an engine may share the context's work)."""
+        from wemask_cli.runtime.ranks import map_batches
+
         pairs = [(context + option, len(option)) for context, options in groups for option in options]
-        sums = []
-        for start in range(0, len(pairs), batch_size):
-            batch = pairs[start : start + batch_size]
-            scored = self.token_logprobs([sequence for sequence, _ in batch])
-            sums.extend(float(logp[-length:].sum()) for (_, length), logp in zip(batch, scored))
-            if advance:
-                advance(len(batch))
+
+        def score(_k: int, start: int, end: int) -> list[float]:
+            batch = pairs[start:end]
+            return [float(logp[-length:].sum()) for (_, length), logp in zip(batch, self.token_logprobs([s for s, _ in batch]))]
+
+        sums = map_batches(len(pairs), batch_size, score, advance)
         result, at = [], 0
         for _, options in groups:
             result.append(sums[at : at + len(options)])

@@ -9,6 +9,7 @@ import torch
 
 from wemask_cli.engines.base import AUTO_BATCH_START
 from wemask_cli.method.batch import pad, positions_of
+from wemask_cli.runtime.ranks import map_batches
 
 
 def model_device(model) -> torch.device:
@@ -40,13 +41,17 @@ def score_options(model, groups: list[tuple[list[int], list[list[int]]]], pad_id
     one-token options need no further forward, longer ones continue from the cache in one batch. Equal to scoring
     context + option whole."""
     order = sorted(range(len(groups)), key=lambda i: -len(groups[i][0]))
-    out: list[list[float]] = [[] for _ in groups]
-    for start in range(0, len(order), batch_size):
-        chosen = order[start : start + batch_size]
-        for index, sums in zip(chosen, _score_group_batch(model, [groups[i] for i in chosen], pad_id)):
-            out[index] = sums
+
+    def score(_k: int, start: int, end: int) -> list[list[float]]:
+        chosen = order[start:end]
+        scored = _score_group_batch(model, [groups[i] for i in chosen], pad_id)
         if advance:
             advance(sum(len(groups[i][1]) for i in chosen))
+        return scored
+
+    out: list[list[float]] = [[] for _ in groups]
+    for index, sums in zip(order, map_batches(len(order), batch_size, score)):  # each process its share of the batches
+        out[index] = sums
     return out
 
 
@@ -109,16 +114,16 @@ def fit_batch_size(model, length: int, limit: int, pad_id: int) -> int:
 def generate_ids(model, encoded: list[list[int]], pad_id: int, *, max_new_tokens: int, temperature: float, top_p: float,
                  seed: int, batch_size: int, advance: Callable[[int], None]) -> list[list[int]]:
     """New token ids per prompt in left-padded batches, batch k seeded with `seed * 100003 + k` (so a prompt's sample
-    does not depend on what ran before); greedy at temperature 0."""
+    does not depend on what ran before, nor on which process ran it); greedy at temperature 0."""
     device, sampling = model_device(model), temperature > 0
-    new_ids = []
-    for chunk, start in enumerate(range(0, len(encoded), batch_size)):
-        ids, mask = pad(encoded[start : start + batch_size], pad_id, "left")
+
+    def generate(chunk: int, start: int, end: int) -> list[list[int]]:
+        ids, mask = pad(encoded[start:end], pad_id, "left")
         torch.manual_seed(seed * 100_003 + chunk)
         output = model.generate(
             input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens, do_sample=sampling,
             temperature=temperature if sampling else None, top_p=top_p if sampling else None, top_k=None, pad_token_id=pad_id,
         )
-        new_ids.extend(output[:, ids.shape[1] :].tolist())
-        advance(ids.shape[0])
-    return new_ids
+        return output[:, ids.shape[1] :].tolist()
+
+    return map_batches(len(encoded), batch_size, generate, advance)  # under a launcher: each process its share

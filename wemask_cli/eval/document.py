@@ -13,7 +13,7 @@ metrics.json (`wemask report` reads it):
      "paired": {"against": "mask_rate=0", "confidence": 0.95, "resamples": 10000, "seed": 0, "tests": "..."},
      "seeds": {"count": 1, "varies": "..."}, "settings": {...}, "wemask": [applied WeMask config or null per rate],
      "provenance": {"versions": {...}, "model": {...}, "tokenizer": {...}, "data": {...}, "command": "...",
-                    "started": "...", "duration_s": 12.3}, "created": "...", "wemask_version": "..."}
+                    "started": "...", "duration_s": 12.3, "processes": 1}, "created": "...", "wemask_version": "..."}
 Accuracies and rates are fractions in [0, 1]; `delta` is the change from r = 0 paired unit by unit, `paired_ci95`
 its seeded bootstrap 95% interval and `p_value` its paired p-value (none at r = 0, or where units cannot be paired).
 results.csv: the results, `paired_ci95` as `paired_ci95_low` and `paired_ci95_high`.
@@ -36,6 +36,7 @@ from wemask_cli.eval.stats import PAIRED_SEED, RESAMPLES, summarize
 from wemask_cli.outputs import METRICS_FILE, atomic_write_json, atomic_write_text, strict_json
 from wemask_cli.outputs.trained import training_summary
 from wemask_cli.runtime.hub import snapshot_revision
+from wemask_cli.runtime.ranks import world_size
 from wemask_cli.runtime.versions import EVAL_LIBRARIES, library_versions
 
 SCHEMA = "wemask-metrics/1"
@@ -59,6 +60,7 @@ def provenance(engine, data_info: dict, started: float, libraries: tuple[str, ..
         "command": " ".join(["wemask", *sys.argv[1:]]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "duration_s": round(time.time() - started, 3),
+        "processes": world_size(),  # data-parallel under a launcher: each process scored its share of the batches
     }
 
 

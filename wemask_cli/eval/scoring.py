@@ -58,14 +58,15 @@ def rolling_windows(tokens: list[int], prefix: int, max_len: int, stride: int | 
 
 
 def score_windows(engine, windows: list[tuple[list[int], int]], batch_size: int, advance: Callable[[int], None]) -> list[float]:
-    """The summed log-likelihood of each window's scored tokens."""
-    sums = []
-    for start in range(0, len(windows), batch_size):
-        batch = windows[start : start + batch_size]
-        for (sequence, first), logp in zip(batch, engine.token_logprobs([s for s, _ in batch])):
-            sums.append(float(logp[first - 1 :].sum()))
-        advance(len(batch))
-    return sums
+    """The summed log-likelihood of each window's scored tokens (under a launcher, each process scores its share of
+    the batches: runtime.ranks.map_batches)."""
+    from wemask_cli.runtime.ranks import map_batches
+
+    def score(_k: int, start: int, end: int) -> list[float]:
+        batch = windows[start:end]
+        return [float(logp[first - 1 :].sum()) for (_, first), logp in zip(batch, engine.token_logprobs([s for s, _ in batch]))]
+
+    return map_batches(len(windows), batch_size, score, advance)
 
 
 # ------------------------------------------------------------------------------------------- options

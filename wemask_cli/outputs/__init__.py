@@ -16,7 +16,7 @@ inside (its own manifest) is kept. A folder a failed command created is removed 
 Torch-free.
 """
 
-from wemask_cli.outputs.claim import OutputClaim, claim_output_dir, read_manifest, record_written
+from wemask_cli.outputs.claim import OutputClaim, claim_on_main, claim_output_dir, read_manifest, record_written
 from wemask_cli.outputs.files import atomic_write_json, check_inputs_outside, check_output_file, check_writable, dumps_strict, strict_json
 from wemask_cli.outputs.lock import UNREADABLE_LOCK_GRACE_S, running_command
 from wemask_cli.outputs.manifest import LOCK_NAME, MANIFEST_NAME, OURS, STAGING_NAME, Manifest
@@ -26,6 +26,6 @@ from wemask_cli.runtime.atomic import atomic_write_text, describe_os_error
 __all__ = [
     "ADAPTER_CONFIG_FILE", "ADAPTER_WEIGHTS_FILE", "LOCK_NAME", "MANIFEST_NAME", "METRICS_FILE", "MODEL_CONFIG_FILE", "OURS", "RUN_RECORD_FILE", "STAGING_NAME",
     "UNREADABLE_LOCK_GRACE_S", "Manifest", "OutputClaim", "atomic_write_json",
-    "atomic_write_text", "check_inputs_outside", "check_output_file", "check_writable", "claim_output_dir",
+    "atomic_write_text", "check_inputs_outside", "check_output_file", "check_writable", "claim_on_main", "claim_output_dir",
     "describe_os_error", "dumps_strict", "read_manifest", "record_written", "running_command", "strict_json",
 ]

@@ -16,7 +16,7 @@ from wemask_cli.outputs.names import METRICS_FILE
 from wemask_cli.runtime.atomic import describe_os_error, follow_umask
 from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.runtime.progress import say
-from wemask_cli.runtime.ranks import is_main_process
+from wemask_cli.runtime.ranks import from_main, is_main_process
 
 
 def _listing(names: list[str], limit: int = 5) -> str:
@@ -226,6 +226,15 @@ def claim_output_dir(
         claim.release(failed=True)
         raise
     return claim
+
+
+def claim_on_main(path, **kwargs) -> OutputClaim:
+    """`claim_output_dir(path, **kwargs)` for a command every process of a launched run works on: the main process
+    claims, and its refusal is raised on every process (none loads a model for nothing); the others hold a claim that
+    writes nothing. Without a launcher: `claim_output_dir`."""
+    claims = []
+    from_main(lambda: claims.append(claim_output_dir(path, **kwargs)))
+    return claims[0] if claims else OutputClaim(Path(path).expanduser())
 
 
 def _refuse_non_empty(manifest: Manifest, folder: Path, entries: list[str], flag: str, resumable: bool) -> None:

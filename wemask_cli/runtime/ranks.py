@@ -13,8 +13,18 @@ from datetime import timedelta
 
 ERROR_KEY = "wemask/error"  # the main process's fatal error, on the launcher's key-value store
 DONE_KEY = "wemask/done"  # set by the main process when a main-only command ends
+LAUNCHER_PRECISION_ENV = "ACCELERATE_MIXED_PRECISION"  # set by accelerate launch in every process it starts
 SAME_ERROR_WAIT_S = 5.0  # how long another rank waits to learn whether the main process failed the same way
 _commands = 0  # main-only commands run so far in this process
+
+
+def launcher() -> str:
+    """Who started the processes: accelerate launch, torchrun, or nobody (a single process)."""
+    if LAUNCHER_PRECISION_ENV in os.environ:
+        return "accelerate launch"
+    if "TORCHELASTIC_RUN_ID" in os.environ or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return "torchrun"
+    return "single process"
 
 
 def world_size() -> int:
@@ -96,6 +106,30 @@ def gather(value) -> list:
     values = [None] * world_size()
     dist.all_gather_object(values, value)
     return values
+
+
+def map_batches(count: int, batch_size: int, run: Callable[[int, int, int], list],
+                advance: Callable[[int], None] | None = None) -> list:
+    """`run(k, start, end)` (the results of items start..end-1) for every batch k of `count` items in batches of
+    `batch_size`, the results in item order. In a process group, batch k runs on rank k % world_size and every
+    process gets every result: each batch holds the items a single process would put in it, so what depends on a
+    batch's composition (padding, a batch's seed) is the same."""
+    ranks, me = (world_size(), rank()) if group_ready() else (1, 0)
+    done = {}
+    for k, start in enumerate(range(0, count, batch_size)):
+        if k % ranks == me:
+            end = min(start + batch_size, count)
+            done[k] = run(k, start, end)
+            if advance:
+                advance(end - start)
+    if ranks == 1:
+        return [item for k in sorted(done) for item in done[k]]
+    merged = {}
+    for part in gather(done):
+        merged.update(part)
+    if advance:
+        advance(count - sum(len(items) for items in done.values()))  # the other processes' items
+    return [item for k in sorted(merged) for item in merged[k]]
 
 
 def _store(timeout_s: float):

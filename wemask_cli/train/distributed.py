@@ -18,8 +18,9 @@ import os
 from pathlib import Path
 
 from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.ranks import LAUNCHER_PRECISION_ENV as PRECISION_ENV
+from wemask_cli.runtime.ranks import launcher
 
-PRECISION_ENV = "ACCELERATE_MIXED_PRECISION"
 PRECISION_FLAGS = ("bf16", "fp16")
 GIVEN = ("recipe", "flag")
 
@@ -111,15 +112,6 @@ def sharding(accelerator) -> str:
     if kind == "FSDP":
         return f"FSDP{getattr(accelerator.state.fsdp_plugin, 'fsdp_version', 1)}"
     return "none" if accelerator.num_processes == 1 else "DDP"
-
-
-def launcher() -> str:
-    """Who started the processes: accelerate launch, torchrun, or nobody (a single process)."""
-    if PRECISION_ENV in os.environ:
-        return "accelerate launch"
-    if "TORCHELASTIC_RUN_ID" in os.environ or int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        return "torchrun"
-    return "single process"
 
 
 def engine_sources(kind: str, shards: str, trl_sources: dict) -> tuple[str, str]:

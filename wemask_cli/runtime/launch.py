@@ -1,5 +1,5 @@
-"""`wemask sft|dpo|grpo|kto|rloo ... --num_processes N --accelerate_config NAME`: the run started through accelerate, as
-`trl sft` does (trl/cli/commands/training.py).
+"""`wemask sft|dpo|grpo|kto|rloo|eval|infer ... --num_processes N --accelerate_config NAME`: the run started through
+accelerate, as `trl sft` does (trl/cli/commands/training.py).
 
 A flag that is neither wemask's nor TRL's config class's but one of `accelerate launch`'s is a launch flag. The
 process that reads them takes them off its own command line and runs accelerate's launcher in-process (accelerate's
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wemask_cli.runtime.errors import WeMaskError
-from wemask_cli.train.distributed import launcher
+from wemask_cli.runtime.ranks import launcher
 
 PRESET_FLAG = "--accelerate_config"
 PRESET_NAMES = {PRESET_FLAG: True, "--accelerate-config": True}  # {spelling: takes a value}, as launch_names gives

@@ -1,0 +1,90 @@
+"""`wemask eval` and `wemask infer` in 2 gloo processes write what one process writes: every number of metrics.json,
+results.csv and examples.jsonl (the same rows in the same order), every completion token for token; only the
+recorded process count and the run's times differ. Each process scores its share of the batches."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wemask_cli.runtime.ranks import map_batches
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}  # as the other 2-process tests run
+LAUNCH = ("--num_processes", "2", "--accelerate_config", "ddp")
+TIMED = ("started", "duration_s", "processes", "command")  # what two runs of one eval may differ in
+
+
+def wemask(cwd: Path, *args: str, launcher: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, *launcher, "-m", "wemask_cli", *args], capture_output=True, text=True, env=ENV,
+                          timeout=600, cwd=cwd)  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr, (done.stdout + done.stderr)[-4000:]
+    return done
+
+
+def untimed(document: dict) -> dict:
+    """metrics.json less what differs between two runs of the same eval (times, the command line, the processes)."""
+    provenance = {k: v for k, v in document["provenance"].items() if k not in TIMED}
+    return {**{k: v for k, v in document.items() if k != "created"}, "provenance": provenance}
+
+
+def rows(path: Path) -> list[dict]:
+    return [{k: v for k, v in json.loads(line).items() if k != "run"} for line in path.read_text().splitlines()]
+
+
+def same_eval(tmp_path: Path, *args: str) -> dict:
+    """The eval in one process and in two (through --num_processes); the two outputs compared; metrics.json."""
+    wemask(tmp_path, "eval", *args, "-o", "one")
+    launched = wemask(tmp_path, "eval", *args, "-o", "two", *LAUNCH)
+    one, two = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("one", "two"))
+    assert (one["provenance"]["processes"], two["provenance"]["processes"]) == (1, 2)
+    assert untimed(one) == untimed(two)
+    assert rows(tmp_path / "one" / "examples.jsonl") == rows(tmp_path / "two" / "examples.jsonl")
+    assert (tmp_path / "one" / "results.csv").read_text() == (tmp_path / "two" / "results.csv").read_text()
+    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == sorted(p.name for p in (tmp_path / "two").iterdir())
+    assert launched.stderr.count("Wrote metrics.json") == 1  # said once, by the main process
+    return two
+
+
+def test_batches_are_dealt_in_order_without_a_launcher():
+    ran = []
+    out = map_batches(7, 3, lambda k, start, end: ran.append(k) or [(k, i) for i in range(start, end)])
+    assert ran == [0, 1, 2] and out == [(0, 0), (0, 1), (0, 2), (1, 3), (1, 4), (1, 5), (2, 6)]
+
+
+def test_choice_with_quantize_in_two_processes(tmp_path, tiny_model_dir):
+    """Scored options (shared-context batches sorted by length), two rates x two quantization settings."""
+    document = same_eval(tmp_path, "--model", tiny_model_dir, "--task", "choice", "--limit", "7", "--batch-size", "2",
+                         "--mask-rates", "0,0.5", "--me-layer", "1", "--quantize", "none,w8a8")  # fmt: skip
+    assert len(document["results"]) >= 4 and document["n_examples"] == 7
+
+
+def test_math_generation_in_two_processes(tmp_path, tiny_model_dir):
+    """Greedy generation, batch by batch: the same completions."""
+    document = same_eval(tmp_path, "--model", tiny_model_dir, "--task", "math", "--limit", "5", "--batch-size", "2",
+                         "--max-new-tokens", "6", "--mask-rates", "0,0.5", "--me-layer", "1")  # fmt: skip
+    assert document["n_examples"] == 5
+
+
+def test_infer_under_torchrun_writes_the_single_process_records(tmp_path, tiny_model_dir):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("".join(f"prompt number {i} about {'cats ' * i}\n" for i in range(5)))
+    args = ("infer", "--model", tiny_model_dir, "--input", str(prompts), "--batch-size", "2", "--max-new-tokens", "5",
+            "--mask-rate", "0,0.5", "--me-layer", "1", "--temperature", "0.8")  # fmt: skip
+    wemask(tmp_path, *args, "-o", "one.jsonl")
+    launched = wemask(tmp_path, *args, "-o", "two.jsonl", launcher=("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"))
+    one, two = ((tmp_path / name).read_text() for name in ("one.jsonl", "two.jsonl"))
+    assert one == two and len(one.splitlines()) == 10  # sampled too: batch k is seeded alike wherever it runs
+    assert launched.stderr.count("Wrote 10 records") == 1
+
+
+@pytest.mark.embedded
+def test_embedded_perplexity_in_two_processes(tmp_path, embedded_dir):
+    """Rolling windows with a stride over several documents: the sums, hence every perplexity digit, are the same."""
+    document = same_eval(tmp_path, "--model", embedded_dir, "--task", "perplexity", "--limit", "6", "--window", "64",
+                         "--stride", "32", "--batch-size", "2", "--mask-rates", "0,0.3")  # fmt: skip
+    assert document["results"][0]["metric"] == "perplexity" and document["results"][0]["n"] == 6
