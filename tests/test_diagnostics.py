@@ -156,6 +156,8 @@ def test_report_draws_a_curve_per_run_per_diagnostic(monkeypatch, capsys, tmp_pa
             json.loads((folder / "metrics.json").read_text())["diagnostics_history"] for folder in runs.values()))
         assert drawn == expected
     assert "sft: diagnostics/sink_mass" in panels  # the last values, by mask rate
+    labels = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    assert "plain (no mask)" in labels and "aware (aware r=0.5)" in labels  # a legend entry per run
     plot = tmp_path / "report.png"
     code, out, err = run_main(monkeypatch, capsys, "report", *map(str, runs.values()), "--plot", str(plot))
     assert code == 0 and plot.stat().st_size > 0, err

@@ -1,6 +1,6 @@
 """The training-dynamics curves of `wemask report`: the `diagnostics_history` a run trained with --log-diagnostics
 writes to its metrics.json ([step, first_token_norm, sink_mass, effective_rank] per logging step, step 0 first),
-one curve per run, named by the run's line (report.gather)."""
+one curve per run."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ NAMES = ("first_token_norm", "sink_mass", "effective_rank")  # the columns after
 
 
 def run_histories(rows: list[dict]) -> list[dict]:
-    """{run, line, stage, history} for each run among the report's rows whose metrics.json holds a diagnostics history,
+    """{run, line, stage, mode, mask_rate, history} for each run among the report's rows whose metrics.json holds a diagnostics history,
     in the rows' order."""
     import json
 
@@ -27,7 +27,8 @@ def run_histories(rows: list[dict]) -> list[dict]:
             continue
         history = document.get("diagnostics_history") if isinstance(document, dict) else None
         if isinstance(history, list) and history:
-            found.append({"run": row["run"], "line": row["line"], "stage": row["stage"], "history": history})
+            found.append({"run": row["run"], "line": row["line"], "stage": row["stage"], "mode": row["mode"],
+                          "mask_rate": row["mask_rate"], "history": history})
     return found
 
 

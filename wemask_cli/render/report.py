@@ -143,8 +143,8 @@ def report_figure(rows: list[dict]):
     panels = {panel: mine for panel, mine in found.items() if len(mine) > 1} or found or {("", "", ""): []}
     single = [panel for panel in found if panel not in panels]
     histories = run_histories(rows)
-    lines = dict.fromkeys([row["line"] for mine in panels.values() for row in mine] + [h["line"] for h in histories])
-    colors = {line: f"C{i % 10}" for i, line in enumerate(lines)}
+    lines = dict.fromkeys([row["line"] for mine in panels.values() for row in mine] + [h["run"] for h in histories])
+    colors = {line: f"C{i % 10}" for i, line in enumerate(lines)}  # a colour per setting, and per run for the dynamics
     cols = min(3, max(len(panels), len(NAMES) if histories else 0))
     grid = math.ceil(len(panels) / cols) + bool(histories)
     legend_in = 0.32 * math.ceil(len(colors) / cols) + 0.4  # two text lines per entry at most
@@ -210,16 +210,17 @@ def draw_panel(ax, rows: list[dict], panel: tuple, colors: dict) -> None:
 
 
 def draw_dynamics(ax, histories: list[dict], name: str, colors: dict) -> None:
-    """One diagnostic of the runs trained with --log-diagnostics against the training step, a curve per run (the
-    runs of one line share its colour and legend entry)."""
+    """One diagnostic of the runs trained with --log-diagnostics against the training step, a curve per run, named by
+    its folder and mask ('aware (aware r=0.3)', 'plain (no mask)'); a run without a mask dashed, as in the panels above."""
     from wemask_cli.commands.report_dynamics import curve
 
-    labelled = set()
+    short = short_names([history["run"] for history in histories])
     for history in histories:
         steps, values = curve(history["history"], name)
-        label = history["line"] if history["line"] not in labelled else None
-        labelled.add(history["line"])
-        ax.plot(steps, values, marker="o", markersize=3, color=colors[history["line"]], label=label)
+        plain = history["mode"] == "plain"
+        mask = "no mask" if plain else f"{history['mode']} r={history['mask_rate']:g}"
+        ax.plot(steps, values, marker="o", markersize=3, color=colors[history["run"]], linestyle="--" if plain else "-",
+                label=f"{short[history['run']]} ({mask})")
     stages = ", ".join(dict.fromkeys(history["stage"] for history in histories))
     ax.set_title(f"{stages} training dynamics: wemask/{name}", fontsize=10)
     ax.set_xlabel("step")
