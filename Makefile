@@ -68,7 +68,7 @@ endef
 LINT := $(BIN)/ruff check wemask_cli tests bench data  # pyflakes, import order, line length (pyproject's [tool.ruff])
 # The edit-test loop's tests: no embedded-model, vLLM or documentation test, nor the ones that start processes
 # for minutes (a wheel built and installed, a DeepSpeed/FSDP/multi-process launch); `make test` runs them all.
-SLOW_TESTS := test_wheel test_deepspeed test_fsdp test_ddp_train_loss test_multinode test_launch test_data_parallel
+SLOW_TESTS := test_wheel test_deepspeed test_fsdp test_ddp_train_loss test_multinode test_launch test_data_parallel test_ddp_diagnostics
 FAST := -m "not embedded and not vllm and not docs" $(foreach t,$(SLOW_TESTS),--ignore tests/$(t).py)
 ONCE := --deselect tests/test_bench_smoke.py::test_bench_smoke  # the benchmarks without vLLM: smoke-run in "current" only
 

@@ -6,7 +6,8 @@ saves a process start and its imports (~10 s on two busy cores) per job. Not a t
 JOBS.json is a list of jobs, each run in order on every rank:
   {"train": "sft"|"dpo"|"grpo", "options": {TrainOptions fields}, "flags": [TRL flags], "probe": DIR}
       the real training run (wemask_cli.train.run.run); then each rank writes DIR/rank-R.json: what it holds of
-      the trained model (and of the reference model), and which layers carry a WeMask hook.
+      the trained model (and of the reference model), which layers carry a WeMask hook, and the log entries with
+      --log-diagnostics values.
   {"cli": [wemask arguments], "probe": DIR}
       the real entry point (wemask_cli.cli.main); each rank writes DIR/rank-R.json with its exit code.
 """
@@ -43,7 +44,8 @@ def train(job: dict) -> dict:
     stage = {"sft": SFTStage, "dpo": DPOStage, "grpo": GRPOStage}[job["train"]]()
     result = run(stage, TrainOptions(**job["options"]), job["flags"])
     trainer = result.trainer
-    found = {"policy": holdings(trainer.model), "distributed_type": str(trainer.accelerator.state.distributed_type)}
+    found = {"policy": holdings(trainer.model), "distributed_type": str(trainer.accelerator.state.distributed_type),
+             "diagnostics": [entry for entry in trainer.state.log_history if any(key.startswith("wemask/") for key in entry)]}
     if getattr(trainer, "ref_model", None) is not None:
         found["reference"] = holdings(trainer.ref_model)
     return found

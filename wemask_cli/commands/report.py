@@ -33,7 +33,7 @@ from wemask_cli.runtime.progress import say
 NOT_METRICS = {
     "mask_rate", "me_layer", "strength", "seed", "seeds", "world_size", "global_step", "epoch", "runtime_s", "version",
     "n_examples", "mean_step_time_s", "train_samples_per_second", "train_steps_per_second", "reward_weights",
-    "dropped_examples",
+    "dropped_examples", "diagnostics_probe",
 }
 SETTING_COLUMNS = ["mode", "training", "quantize", "model", "train_data", "data", "eval_data", "peft", "ref_mask", "remedies"]
 PAIRED_COLUMNS = ["delta", "paired_ci95_low", "paired_ci95_high", "p_value", "test"]  # an eval's change from r = 0

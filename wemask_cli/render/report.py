@@ -130,8 +130,10 @@ def report_png(rows: list[dict], path: str | Path) -> Path:
 def report_figure(rows: list[dict]):
     """A panel per stage and metric: value against mask rate, a line per setting (mean over seeds, error bars the std
     across them; see draw_panel), and below them one legend, its entries wrapped to fit inside the figure. A panel
-    of a single point (one setting at one rate) is left to the table, named in the title, unless all are."""
+    of a single point (one setting at one rate) is left to the table, named in the title, unless all are. Runs trained
+    with --log-diagnostics add a last row: each diagnostic per step, a curve per run (draw_dynamics)."""
     from wemask_cli.commands.report import points
+    from wemask_cli.commands.report_dynamics import NAMES, run_histories
 
     plt = pyplot()
     merged = [row for row in points(rows) if row["mask_rate"] is not None]
@@ -140,14 +142,19 @@ def report_figure(rows: list[dict]):
         found.setdefault((row["stage"], row["task"], row["metric"]), []).append(row)
     panels = {panel: mine for panel, mine in found.items() if len(mine) > 1} or found or {("", "", ""): []}
     single = [panel for panel in found if panel not in panels]
-    colors = {line: f"C{i % 10}" for i, line in enumerate(dict.fromkeys(row["line"] for mine in panels.values() for row in mine))}
-    cols = min(3, len(panels))
-    grid = math.ceil(len(panels) / cols)
+    histories = run_histories(rows)
+    lines = dict.fromkeys([row["line"] for mine in panels.values() for row in mine] + [h["run"] for h in histories])
+    colors = {line: f"C{i % 10}" for i, line in enumerate(lines)}  # a colour per setting, and per run for the dynamics
+    cols = min(3, max(len(panels), len(NAMES) if histories else 0))
+    grid = math.ceil(len(panels) / cols) + bool(histories)
     legend_in = 0.32 * math.ceil(len(colors) / cols) + 0.4  # two text lines per entry at most
     fig, axes = plt.subplots(grid, cols, figsize=(5.2 * cols, 3.9 * grid + legend_in), squeeze=False, layout="constrained")
     for ax, (panel, mine) in zip(axes.flat, panels.items()):
         draw_panel(ax, mine, panel, colors)
-    for ax in list(axes.flat)[len(panels):]:
+    dynamics = list(axes[-1])[: len(NAMES)] if histories else []
+    for ax, name in zip(dynamics, NAMES):
+        draw_dynamics(ax, histories, name, colors)
+    for ax in [ax for ax in list(axes.flat)[len(panels):] if not any(ax is shown for shown in dynamics)]:
         ax.set_visible(False)
     handles = {}
     for ax in axes.flat:
@@ -199,4 +206,22 @@ def draw_panel(ax, rows: list[dict], panel: tuple, colors: dict) -> None:
         readable_ylim(ax, values, errors)
     ax.set_title(f"{stage}{f' {task}' if task else ''}: {metric}{' (%)' if scale == 100 else ''}", fontsize=10)
     rate_axis(ax, rates)
+    ax.grid(alpha=0.3)
+
+
+def draw_dynamics(ax, histories: list[dict], name: str, colors: dict) -> None:
+    """One diagnostic of the runs trained with --log-diagnostics against the training step, a curve per run, named by
+    its folder and mask ('aware (aware r=0.3)', 'plain (no mask)'); a run without a mask dashed, as in the panels above."""
+    from wemask_cli.commands.report_dynamics import curve
+
+    short = short_names([history["run"] for history in histories])
+    for history in histories:
+        steps, values = curve(history["history"], name)
+        plain = history["mode"] == "plain"
+        mask = "no mask" if plain else f"{history['mode']} r={history['mask_rate']:g}"
+        ax.plot(steps, values, marker="o", markersize=3, color=colors[history["run"]], linestyle="--" if plain else "-",
+                label=f"{short[history['run']]} ({mask})")
+    stages = ", ".join(dict.fromkeys(history["stage"] for history in histories))
+    ax.set_title(f"{stages} training dynamics: wemask/{name}", fontsize=10)
+    ax.set_xlabel("step")
     ax.grid(alpha=0.3)

@@ -72,6 +72,10 @@ class TrainOptions:
     layers: str | None = option()
     strength: float | None = option(kind=NUMBER)
     tokens: str | None = option()  # first | massive (None: the default, or the saved config)
+    log_diagnostics: bool | None = option(
+        False, bool, "At every logging step, log the first token's norm at the ME layer, the sink mass after it and the effective "
+        "rank, measured on four locate prompts (wemask/... keys: TRL's logs, --report-to, metrics.json).", negatable=True,
+    )  # fmt: skip
     use_peft: bool | None = option(False, bool, "Train LoRA adapters instead of all weights.", negatable=True)
     lora_r: int | None = option(16, int, "LoRA rank (default {default}).")
     lora_alpha: int | None = option(32, NUMBER, "LoRA alpha (default {default}).")

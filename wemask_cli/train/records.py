@@ -134,6 +134,7 @@ def write_metrics(trainer, output, ctx, stage, config: WeMaskConfig, seconds: fl
         "loss_history": history,
         "dropped_examples": stage.dropped,
         **stage.extra_metrics(trainer),
+        **(ctx.diagnostics.metrics(trainer) if ctx.diagnostics is not None else {}),
     }
     atomic_write_json(Path(output) / METRICS_FILE, metrics)
     return strict_json(metrics)[0]

@@ -169,6 +169,10 @@ def run(stage: Stage, options: TrainOptions, extra_args: list[str] = (), callbac
     check_options(opts, stage.name, resolved.mask)
     stage.check(resolved)
     fsdp.check(resolved)
+    if opts["log_diagnostics"]:
+        from wemask_cli.train.diagnostics import check as check_diagnostics
+
+        check_diagnostics(resolved)
     check_quantized_sharding(opts)
     check_remedies_fit(resolved)
     output = Path(opts["output_dir"]).expanduser()
@@ -191,6 +195,8 @@ def _train(stage: Stage, resolved, output: Path, claim, resume_from: str | None,
     saves = StagedSaves(trainer, claim, record)
     plain_logs(trainer)
     config = stage.install(trainer, ctx)
+    if ctx.diagnostics is not None:
+        ctx.diagnostics.attach(trainer)  # after the install: it measures the model as trained, the mask on in aware mode
     record.installation, record.distributed = stage.installation, run_facts(trainer, resolved)
     claim.clear()  # --overwrite: the previous output goes only now that data, model and trainer are all set up
     barrier(args)
@@ -224,11 +230,17 @@ def _run_context(stage: Stage, resolved, resume_from: str | None, callbacks: lis
     record = RunRecord(stage, resolved, resume_from)
     record.source, record.data_format, record.data_sha256 = loaded.source, fmt.name, content_sha256(opts["dataset"])
     interrupt, divergence = Interrupt(), StopOnNonFinite()
+    diagnostics = None
+    if opts["log_diagnostics"]:
+        from wemask_cli.train.diagnostics import Diagnostics
+
+        diagnostics = Diagnostics(loaded, config, args)
+        callbacks = [*callbacks, diagnostics]
     ctx = TrainContext(
         options=opts, args=args, loaded=loaded, train_dataset=train_dataset, eval_dataset=eval_dataset,
         data_format=fmt, peft_config=lora_config(opts, loaded.model), wemask=config,
         callbacks=run_callbacks(callbacks, args, interrupt, record, divergence),
-        remedies=remedies, remedy_weights=remedy_weights,
+        remedies=remedies, remedy_weights=remedy_weights, diagnostics=diagnostics,
     )
     return ctx, record, interrupt, divergence
 

@@ -34,6 +34,7 @@ class TrainContext:
     callbacks: list = field(default_factory=list)
     remedies: list = field(default_factory=list)  # intervention configs other than WeMask (GatedNorm, ...)
     remedy_weights: dict = field(default_factory=dict)  # their starting weights (a resumed or continued run's)
+    diagnostics: Any = None  # diagnostics.Diagnostics with --log-diagnostics (one of `callbacks` too), else None
 
     @property
     def model(self):
