@@ -249,7 +249,8 @@ def test_phi3_fused_gate_up_is_split():
 
 @pytest.mark.embedded
 def test_embedded_model_has_one_me_layer_written_by_the_ffn(embedded):
-    from wemask_cli.commands.locate import load_prompts, run_locate
+    from wemask_cli.commands.locate import load_prompts
+    from wemask_cli.commands.locate_report import run_locate
 
     report = run_locate(embedded, load_prompts(None, None, "text", None))
     assert report["me_layer"] == EMBEDDED_ME and report["agreement"] == "16/16" and report["confidence"] == 1.0
