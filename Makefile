@@ -67,9 +67,13 @@ endef
 
 LINT := $(BIN)/ruff check wemask_cli tests bench data  # pyflakes, import order, line length (pyproject's [tool.ruff])
 # The edit-test loop's tests: no embedded-model, vLLM or documentation test, nor the ones that start processes
-# for minutes (a wheel built and installed, a DeepSpeed/FSDP/multi-process launch); `make test` runs them all.
+# for minutes (a wheel built and installed, a DeepSpeed/FSDP/multi-process launch: these files, and SLOW_CASES
+# in other files); `make test` runs them all.
 SLOW_TESTS := test_wheel test_deepspeed test_fsdp test_ddp_train_loss test_multinode test_launch test_data_parallel test_ddp_diagnostics
-FAST := -m "not embedded and not vllm and not docs" $(foreach t,$(SLOW_TESTS),--ignore tests/$(t).py)
+SLOW_CASES := test_launch_flags.py::test_launch_flags_run_what_accelerate_launch_runs test_sft.py::test_two_processes_train_and_save_once \
+	test_quiet_logs.py::test_deepspeeds_start_up_line_only_with_verbose
+FAST := -m "not embedded and not vllm and not docs" $(foreach t,$(SLOW_TESTS),--ignore tests/$(t).py) \
+	$(foreach t,$(SLOW_CASES),--deselect tests/$(t))
 ONCE := --deselect tests/test_bench_smoke.py::test_bench_smoke  # the benchmarks without vLLM: smoke-run in "current" only
 
 test: install

@@ -1,5 +1,6 @@
 """Bad input: each error that needs no model (a missing dataset, columns no format reads, kto without labels, a hub
-id offline, --me-layer past the model's layers, --engine vllm without vLLM, a misspelled flag, --mask-rate 3) timed
+id offline, --me-layer past the model's layers, --engine vllm or --use-vllm without vLLM, a misspelled flag,
+--mask-rate 3, and locate's: a hub id offline, a finished --json, a missing --prompts, --mask-rate 3) timed
 against `wemask --help`, interleaved in one run, median of each; the ratio is the figure (goal: each well under
 3 s on a quiet machine, which is a few times `wemask --help`).
 """
@@ -28,6 +29,11 @@ CASES = {
     "--engine vllm without vLLM": ["infer", "--model", "MODEL", "-p", "hi", "--engine", "vllm"],
     "misspelled flag": ["sft", "--model", "MODEL", "--dataset", "DIR/pc.jsonl", "--lerning-rate", "1e-5"],
     "--mask-rate 3": ["sft", "--model", "MODEL", "--dataset", "DIR/pc.jsonl", "--mask-rate", "3"],
+    "grpo --use-vllm without vLLM": ["grpo", "--model", "MODEL", "--dataset", "DIR/qa.jsonl", "--reward", "math", "--use-vllm"],
+    "locate: hub model offline": ["locate", "--model", "nobody/no-such-model"],
+    "locate: --json exists": ["locate", "--model", "MODEL", "--json", "DIR/pc.jsonl"],
+    "locate: missing --prompts": ["locate", "--model", "MODEL", "--prompts", "DIR/no-such.jsonl"],
+    "locate: --mask-rate 3": ["locate", "--model", "MODEL", "--mask-rate", "3"],
 }
 
 
@@ -61,7 +67,7 @@ def run() -> dict:
         commands = {"--help": ([str(BIN / "wemask"), "--help"], 0)}
         for name, args in cases.items():
             filled = [arg.replace("MODEL", model).replace("DIR", tmp) for arg in args]
-            output = [] if args[0] == "infer" else ["-o", str(folder / "out")]
+            output = [] if args[0] in ("infer", "locate") else ["-o", str(folder / "out")]
             commands[name] = ([str(BIN / "wemask"), *filled, *output], 2)
         for command, expect in commands.values():
             wall(command, env, expect)  # warm the file cache once, and check each fails as it should

@@ -182,6 +182,7 @@ def trl_flags_known():
     """TRL's flag spellings in the cache folder, as any earlier training command of these releases leaves them."""
     from wemask_cli.train.trl_flags import trl_flags
 
+    trl_flags.cache_clear()  # read (and written) here: a test under another $WEMASK_CACHE may have left them in memory only
     return {config: trl_flags(f"trl:{config}") for config in ("SFTConfig", "DPOConfig", "GRPOConfig")}
 
 

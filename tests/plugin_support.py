@@ -4,6 +4,7 @@ Used by the stage, intervention and eval-task plugin tests."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,20 @@ from test_startup import RUN_BLOCKED
 
 TESTS = Path(__file__).resolve().parent
 RUN = "from wemask_cli.cli import main; import sys; sys.argv[0] = 'wemask'; main()"
+END = "-- wemask exited with"  # after each command of RUN_EACH, on stdout and stderr: END CODE
+RUN_EACH = f"""
+import json, sys
+from wemask_cli.cli import main
+for args in json.loads(sys.argv[1]):
+    sys.argv = ["wemask", *args]
+    code = 0
+    try:
+        main()
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else 1
+    for stream in (sys.stdout, sys.stderr):
+        print("\\n{END}", code, file=stream, flush=True)
+"""
 
 
 def plugin_site(folder: Path, group: str, entry: str) -> Path:
@@ -40,3 +55,24 @@ def wemask(site: Path | None, *args: str, blocked: bool = False, cwd=None) -> su
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, os.environ.get("PYTHONPATH", "")]), "COLUMNS": "200"}
     code = RUN_BLOCKED if blocked else RUN
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=600, cwd=cwd)
+
+
+def wemask_each(site: Path, *commands: list[str]) -> list[tuple[int, str, str]]:
+    """Each command as `wemask ARGS`, all in one fresh process (one start-up), the plugin's `site` and tests/ on the
+    path: (exit code, stdout, stderr) per command."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(TESTS), os.environ.get("PYTHONPATH", "")]), "COLUMNS": "200"}
+    done = subprocess.run([sys.executable, "-c", RUN_EACH, json.dumps(commands)], capture_output=True, text=True, env=env, timeout=600)
+    outs, errs = (each_output(text, len(commands), done.stderr) for text in (done.stdout, done.stderr))
+    return [(code, out, err) for (code, out), (_, err) in zip(outs, errs)]
+
+
+def each_output(text: str, count: int, stderr: str) -> list[tuple[int, str]]:
+    """RUN_EACH's stdout or stderr cut at each END line: (exit code, what the command wrote) per command."""
+    chunks = text.split(f"\n{END} ")  # the first command's text, then per command: its code, the next one's text
+    assert len(chunks) == count + 1, stderr[-3000:]
+    results, written = [], chunks[0]
+    for chunk in chunks[1:]:
+        code, _, after = chunk.partition("\n")
+        results.append((int(code), written))
+        written = after
+    return results

@@ -4,13 +4,14 @@ with the transformers engine's outputs, with no edit inside wemask_cli; what it 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import run_main
-from plugin_support import plugin_site, wemask
+from plugin_support import plugin_site, wemask, wemask_each
 
 from wemask_cli import resources
 from wemask_cli.engines.base import ENGINES, Engine, EngineRequest
@@ -52,7 +53,7 @@ def test_infer_on_the_plugin_engine_equals_transformers(site, monkeypatch, capsy
 def lm_eval_flags(folder: Path) -> list[str]:
     """--lm-eval-tasks over a local YAML task on the bundled choice file."""
     with resources.as_file("eval/choice.jsonl") as choice:
-        folder.mkdir()
+        folder.mkdir(exist_ok=True)
         (folder / "toy_choice.yaml").write_text(
             "task: toy_choice\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
             f"    test: {choice}\ntest_split: test\noutput_type: multiple_choice\n"
@@ -77,17 +78,32 @@ def flat(row: dict) -> dict:
             for i, item in (enumerate(value) if isinstance(value, list) else [(0, value)])}
 
 
+def task_flags(task: str, folder: Path) -> list[str]:
+    return ["eval", "--model", "MODEL", *(TASKS[task] or lm_eval_flags(folder / "tasks")), "--limit", "4", "--batch-size", "2", *MASK]
+
+
+@pytest.fixture(scope="module")
+def toy_evals(site, tiny_model_dir, tmp_path_factory) -> tuple[Path, dict]:
+    """Every task on the toy engine, in one `wemask` process with the plugin installed: (folder, {task: (exit code,
+    stderr)}); each task's metrics.json in folder/TASK."""
+    folder = tmp_path_factory.mktemp("toy-evals")
+    tasks = [task for task in TASKS if task != "lm-eval" or importlib.util.find_spec("lm_eval") is not None]
+    asks = [[tiny_model_dir if word == "MODEL" else word for word in task_flags(task, folder)] for task in tasks]
+    done = wemask_each(site, *([*ask, "--engine", "toy", "--output", str(folder / task)] for task, ask in zip(tasks, asks)))
+    return folder, {task: (code, err) for task, (code, _, err) in zip(tasks, done)}
+
+
 @pytest.mark.parametrize("task", list(TASKS))
-def test_every_eval_task_runs_on_the_plugin_engine_as_on_transformers(task, site, monkeypatch, capsys, tiny_model_dir, tmp_path):
+def test_every_eval_task_runs_on_the_plugin_engine_as_on_transformers(task, toy_evals, monkeypatch, capsys, tiny_model_dir, tmp_path):
     if task == "lm-eval":
         pytest.importorskip("lm_eval")
-    flags = TASKS[task] or lm_eval_flags(tmp_path / "tasks")
-    ask = ["eval", "--model", tiny_model_dir, *flags, "--limit", "4", "--batch-size", "2", *MASK]
-    toy = wemask(site, *ask, "--engine", "toy", "--output", str(tmp_path / "toy"))
-    assert toy.returncode == 0, toy.stderr[-3000:]
+    folder, done = toy_evals
+    code, err = done[task]
+    assert code == 0, err[-3000:]
+    ask = [tiny_model_dir if word == "MODEL" else word for word in task_flags(task, folder)]
     code, _, err = run_main(monkeypatch, capsys, *ask, "--output", str(tmp_path / "hf"))
     assert code == 0, err
-    toy_doc, hf_doc = (json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("toy", "hf"))
+    toy_doc, hf_doc = (json.loads((path / "metrics.json").read_text()) for path in (folder / task, tmp_path / "hf"))
     assert toy_doc["engine"] == "toy" and toy_doc["provenance"]["versions"]["toy-engine"] == "0.1"
     assert len(toy_doc["results"]) == len(hf_doc["results"]) >= 2
     for ours, theirs in zip(toy_doc["results"], hf_doc["results"]):

@@ -10,7 +10,7 @@ import json
 import re
 
 import pytest
-from plugin_support import TESTS, plugin_site, wemask
+from plugin_support import TESTS, plugin_site, wemask, wemask_each
 
 from wemask_cli.eval.settings import EvalSettings
 from wemask_cli.eval.tasks import registry
@@ -41,21 +41,23 @@ def test_no_code_outside_the_tasks_compares_a_task_name(name):
 
 
 def test_the_plugin_task_runs_writes_its_outputs_and_reports(site, tmp_path, tiny_model_dir):
-    out = tmp_path / "toy"
-    done = wemask(site, "eval", "--model", tiny_model_dir, "--task", "toy-length", "--limit", "2", "-r", "0,0.5",
-                  "--me-layer", "1", "--output", str(out))
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "mean_tokens" in done.stdout and "toy-length on the bundled eval/perplexity.txt" in done.stderr
-    assert "2 sentences" in done.stderr, done.stderr
+    out, report_json = tmp_path / "toy", tmp_path / "rows.json"
+    (code, stdout, stderr), report = wemask_each(  # one process: the eval, then the report of it
+        site,
+        ["eval", "--model", tiny_model_dir, "--task", "toy-length", "--limit", "2", "-r", "0,0.5", "--me-layer", "1",
+         "--output", str(out)],
+        ["report", str(out), "--no-plot", "--json", str(report_json)],
+    )  # fmt: skip
+    assert code == 0, stderr[-2000:]
+    assert "mean_tokens" in stdout and "toy-length on the bundled eval/perplexity.txt" in stderr
+    assert "2 sentences" in stderr, stderr
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["task"] == "toy-length" and metrics["primary_metric"] == "mean_tokens" and metrics["unit"] == "sentences"
     assert metrics["n_examples"] == 2 and metrics["mask_rates"] == [0.0, 0.5]
     rows = list(csv.DictReader((out / "results.csv").open()))
     assert [(row["mask_rate"], row["metric"], row["n"]) for row in rows] == [("0.0", "mean_tokens", "2"), ("0.5", "mean_tokens", "2")]
     assert all(float(row["value"]) >= 0 for row in rows), rows
-    report_json = tmp_path / "rows.json"
-    report = wemask(site, "report", str(out), "--no-plot", "--json", str(report_json))
-    assert report.returncode == 0, report.stderr
+    assert report[0] == 0, report[2]
     reported = json.loads(report_json.read_text())
     assert any(row["metric"] == "toy-length/mean_tokens" and row["task"] == "toy-length" for row in reported), reported
 

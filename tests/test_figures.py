@@ -123,7 +123,7 @@ def test_curve_figure_names_the_embedded_model_and_shows_one_point():
 
 
 def located(model_dir: str) -> dict:
-    from wemask_cli.commands.locate import run_locate
+    from wemask_cli.commands.locate_report import run_locate
     from wemask_cli.models.loading import load_model
 
     return run_locate(load_model(model_dir), ["The quick brown fox jumps.", "def f(x):\n    return x", "1 + 1 = 2"], max_length=16)

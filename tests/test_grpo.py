@@ -312,8 +312,6 @@ def test_bad_custom_reward_is_one_line_exit_2_before_the_model_loads(cli, bad_re
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--use-vllm", "--vllm-mode", "server", "--mask-rate", "0.3", "--me-layer", "1"], "--vllm-mode server needs GPUs"),
-        (["--use_vllm", "True", "--gated-norm", "both"], "add modules that vLLM's model classes do not have"),
         (["--use-transformers-continuous-batching", "--mask-rate", "0.3", "--me-layer", "1"], "continuous-batching"),
         (["--reward", "math:2", "--reward-weights", "1", "0.5"], "not both"),
         (["--reward", "math", "--reward", "format", "--reward-weights", "1"], "--reward-weights has 1 value(s) for 2"),
@@ -323,6 +321,31 @@ def test_bad_custom_reward_is_one_line_exit_2_before_the_model_loads(cli, bad_re
 def test_refused_settings_exit_2_before_the_model_loads(cli, args, message):
     code, err = cli(*args)
     assert code == 2 and err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.parametrize(
+    "trl, given, remedies, message",
+    [
+        ({"vllm_mode": "server"}, {}, {}, "--vllm-mode server needs GPUs"),
+        ({}, {}, {"gated_norm": "both"}, "--use-vllm: GatedNorm"),
+        ({}, {"use_peft": True, "load_in_4bit": True}, {}, "--use-vllm with --load-in-4bit"),
+    ],
+)
+def test_rollouts_refuse_what_vllm_cannot_run_before_the_model_loads(tiny_model_dir, trl, given, remedies, message):
+    """The stage's check, vLLM installed or not (without it the command refuses earlier: tests/test_preflight.py)."""
+    from trl import GRPOConfig
+
+    from wemask_cli.interventions.registry import configs_from_options
+    from wemask_cli.mask_request.flags import MaskRequest
+    from wemask_cli.runtime.errors import WeMaskError
+    from wemask_cli.train.resolve import Resolved
+
+    args = GRPOConfig(output_dir="unused", use_cpu=True, bf16=False, use_vllm=True, per_device_train_batch_size=8, **trl)
+    opts = dict(mask_rate="0.3", me_layer=1, mode="aware", strength=1.0, model=tiny_model_dir, reward=["math"], **given)
+    resolved = Resolved(opts, args, {}, MaskRequest.parse("0.3", "1", strength=1.0), configs_from_options(remedies))
+    with pytest.raises(WeMaskError) as refused:
+        grpo.GRPOStage().check(resolved)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
 
 
 @pytest.mark.vllm

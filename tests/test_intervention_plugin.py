@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import make_tiny_model
-from plugin_support import plugin_site, wemask
+from plugin_support import plugin_site, wemask, wemask_each
 from safetensors.torch import load_file
 
 from wemask_cli.interventions import INTERVENTIONS_FILE, WEIGHTS_FILE, configs_from_options, flag_specs, install_all, kinds
@@ -71,10 +71,14 @@ def test_a_plugin_kind_shows_in_help_trains_saves_and_is_reapplied_by_infer(tmp_
     assert "or :b (default all)." in helped.stdout.split("--scale-norm-layers")[1].splitlines()[0]
 
     run = tmp_path / "run"
-    trained = wemask(site, "sft", "--model", tiny_model_dir, "--dataset", DATA, "-o", str(run), "--scale-norm",
-                     "--scale-norm-layers", "2:", "--per-device-train-batch-size", "2", "--max-length", "64",
-                     "--learning-rate", "1e-2", "--max-steps", "2", "--report-to", "none", "--seed", "0")  # fmt: skip
-    assert trained.returncode == 0, trained.stderr[-3000:]
+    trained, inferred = wemask_each(  # one process: the run, then infer on it
+        site,
+        ["sft", "--model", tiny_model_dir, "--dataset", DATA, "-o", str(run), "--scale-norm", "--scale-norm-layers", "2:",
+         "--per-device-train-batch-size", "2", "--max-length", "64", "--learning-rate", "1e-2", "--max-steps", "2",
+         "--report-to", "none", "--seed", "0"],
+        ["infer", "--model", str(run), "-p", "hi", "--max-new-tokens", "2"],
+    )  # fmt: skip
+    assert trained[0] == 0, trained[2][-3000:]
     record = json.loads((run / INTERVENTIONS_FILE).read_text())
     assert [entry["kind"] for entry in record["interventions"]] == ["wemask", "scale_norm"]
     assert record["interventions"][1]["layers"] == "2:"
@@ -82,9 +86,8 @@ def test_a_plugin_kind_shows_in_help_trains_saves_and_is_reapplied_by_infer(tmp_
     assert sorted(weights) == ["scale_norm.2.attn.weight", "scale_norm.3.attn.weight"]  # the tiny Llama's layers 2, 3
     assert all(value.item() != 1.0 for value in weights.values())  # s starts at 1: it trained
 
-    inferred = wemask(site, "infer", "--model", str(run), "-p", "hi", "--max-new-tokens", "2")
-    assert inferred.returncode == 0, inferred.stderr[-3000:]
-    assert "ScaleNorm on the attention norms, layers 2: (0-based)" in inferred.stdout + inferred.stderr
+    assert inferred[0] == 0, inferred[2][-3000:]
+    assert "ScaleNorm on the attention norms, layers 2: (0-based)" in inferred[1] + inferred[2]
 
     without = wemask(None, "infer", "--model", str(run), "-p", "hi", "--max-new-tokens", "2")
     assert without.returncode == 2 and "unknown intervention kind 'scale_norm'" in without.stderr, without.stderr

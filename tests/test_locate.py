@@ -249,7 +249,7 @@ def test_phi3_fused_gate_up_is_split():
 
 @pytest.mark.embedded
 def test_embedded_model_has_one_me_layer_written_by_the_ffn(embedded):
-    from wemask_cli.commands.locate import run_locate
+    from wemask_cli.commands.locate_report import run_locate
     from wemask_cli.prompts.sets import load_prompts
 
     report = run_locate(embedded, load_prompts(None, None, "text", None))

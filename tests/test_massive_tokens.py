@@ -25,7 +25,7 @@ def test_the_report_flags_the_tokens_that_tokens_massive_masks():
 def test_locate_reports_a_massive_activation_planted_on_a_middle_token(tiny_tokenizer):
     """A tiny model given an ME layer (layer 2's FFN writes a jump on the first token) and a 500x embedding row
     for ' clips': the report names that token and where it sits, in the prompts that hold it, and only there."""
-    from wemask_cli.commands.locate import run_locate
+    from wemask_cli.commands.locate_report import run_locate
 
     model = make_tiny_model("llama", vocab_size=len(tiny_tokenizer))
     (clips,) = tiny_tokenizer(" clips")["input_ids"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from plugin_support import TESTS, plugin_site, wemask
+from plugin_support import TESTS, plugin_site, wemask, wemask_each
 
 DATA = str(TESTS.parent / "data" / "sft_chat.jsonl")
 
@@ -64,22 +64,22 @@ def test_a_plugin_stage_named_like_a_built_in_is_one_warning_and_the_built_in_wo
 
 
 def test_plugin_stage_trains_writes_its_records_and_reports(plugin_path, tmp_path, tiny_model_dir):
-    out = tmp_path / "toy"
-    done = wemask(
-        plugin_path, "toy-sft", "--model", tiny_model_dir, "--dataset", DATA, "-o", str(out), "--mask-rate", "0.5",
-        "--me-layer", "1", "--toy-note", "hello", "--max-steps", "2", "--max-length", "64", "--per-device-train-batch-size", "2",
-        "--save-strategy", "no", "--report-to", "none",
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    out, rows_file = tmp_path / "toy", tmp_path / "rows.json"
+    done, report = wemask_each(  # one process: the run, then the report of it
+        plugin_path,
+        ["toy-sft", "--model", tiny_model_dir, "--dataset", DATA, "-o", str(out), "--mask-rate", "0.5", "--me-layer", "1",
+         "--toy-note", "hello", "--max-steps", "2", "--max-length", "64", "--per-device-train-batch-size", "2",
+         "--save-strategy", "no", "--report-to", "none"],
+        ["report", str(out), "--no-plot", "--json", str(rows_file)],
+    )  # fmt: skip
+    assert done[0] == 0, done[2][-2000:]
     metrics = json.loads((out / "metrics.json").read_text())
     record = json.loads((out / "wemask_run.json").read_text())
     assert metrics["stage"] == "toy-sft" and metrics["global_step"] == 2 and metrics["mask_rate"] == 0.5
     assert metrics["toy_note"] == "hello" and record["options"]["toy_note"] == "hello"
     assert record["set_by"]["wemask"]["toy_note"] == "flag" and record["data_format"] == "messages"
     assert json.loads((out / "wemask_config.json").read_text())["mask_rate"] == 0.5
-    rows_file = tmp_path / "rows.json"
-    report = wemask(plugin_path, "report", str(out), "--no-plot", "--json", str(rows_file))
-    assert report.returncode == 0, report.stderr
+    assert report[0] == 0, report[2]
     rows = json.loads(rows_file.read_text())
     assert any(row["stage"] == "toy-sft" and row["metric"] == "final_loss" for row in rows), rows
 

@@ -258,6 +258,7 @@ def test_the_located_model_is_freed_before_vllm_starts(monkeypatch, tiny_model_d
     assert seen["alive"] is False and seen["emptied"] is True
 
 
+@pytest.mark.vllm  # without vLLM the command refuses --use-vllm first (tests/test_preflight.py); the check: tests/test_grpo.py
 def test_grpo_with_vllm_refuses_4bit_weights_up_front(monkeypatch, capsys):
     code, _, err = run_main(monkeypatch, capsys, "grpo", "--dataset", str(ROOT / "data" / "math_problems.jsonl"),
                             "--output-dir", "unused", "--use-vllm", "--use-peft", "--load-in-4bit")  # fmt: skip

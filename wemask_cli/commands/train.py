@@ -51,7 +51,7 @@ def run_training(spec: StageSpec, options: dict, stage_options: dict, interventi
     if not help_trl:
         from wemask_cli.train.preflight import preflight
 
-        preflight(spec, settings)  # the data and the model, before torch and TRL are imported
+        preflight(spec, settings, extra_args)  # the data, the model and --use-vllm, before torch and TRL are imported
     from wemask_cli.train.resolve import trl_help
     from wemask_cli.train.run import run
 

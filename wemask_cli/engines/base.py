@@ -155,13 +155,16 @@ class Engine:
 
 
 class Rollouts:
-    """A trainer's rollouts from an engine (TRL's --use-vllm), in the order a stage calls them: `quiet()` before
-    TRL loads, `check(resolved, aware_mask)` before anything loads (one line for what the engine cannot run),
+    """A trainer's rollouts from an engine (TRL's --use-vllm), in the order a stage calls them: `check_installed()`
+    before torch or TRL is imported, `quiet()` before TRL loads, `check(resolved, aware_mask)` before anything loads (one line for what the engine cannot run),
     `building(ctx)` around the trainer's construction, `install(trainer, config)` once the policy's WeMask
     (`config`, None for none) is installed, so that rollouts carry the same mask."""
 
     def quiet(self) -> None:
         """Before TRL loads: silence what the engine knows to be noise."""
+
+    def check_installed(self) -> None:
+        """Before torch or TRL is imported (the training preflight): one line for a package the engine lacks."""
 
     def check(self, resolved, aware_mask: bool) -> None:
         raise NotImplementedError
@@ -171,6 +174,9 @@ class Rollouts:
 
     def install(self, trainer, config) -> None:
         raise NotImplementedError
+
+
+NO_ROLLOUT_ENGINE = "--use-vllm: no installed engine generates rollouts: pip install wemask-cli[vllm]"
 
 
 def rollout_engine() -> type[Engine] | None:

@@ -81,3 +81,18 @@ class MeasuringRequest:
     def texts(self) -> list[str | list[dict]]:
         """The prompts asked for (load_prompts)."""
         return load_prompts(self.prompts, self.dataset, self.text_field, self.num_prompts)
+
+    def check(self) -> list[str | list[dict]]:
+        """What needs no model, in one line before torch is imported: the sizes, the outputs (check_outputs),
+        --model as models/preflight.py reads it and a hub --dataset with the hub offline. Returns the prompts."""
+        from wemask_cli.data.preflight import check_hub_dataset
+        from wemask_cli.models.preflight import check_model
+
+        for flag, size in (("--batch-size", self.batch_size), ("--max-length", self.max_length)):
+            if size < 1:
+                raise WeMaskError(f"{flag} {size} is not valid: use 1 or more")
+        self.check_outputs()
+        check_model(self.model)
+        if self.dataset and not self.prompts and not looks_local(self.dataset):
+            check_hub_dataset(self.dataset, "--dataset")
+        return self.texts()

@@ -29,7 +29,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from pathlib import Path
 
-from wemask_cli.engines.base import rollout_engine
+from wemask_cli.engines.base import NO_ROLLOUT_ENGINE, rollout_engine
 from wemask_cli.method.config import WeMaskConfig
 from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.train.recipe import recipe_path
@@ -193,7 +193,7 @@ class RolloutStage(Stage):
         aware_mask = opts["mode"] == "aware" and mask_requested(opts, resolved.mask)
         if args.use_vllm:
             if self.rollouts is None:
-                raise WeMaskError("--use-vllm: no installed engine generates rollouts: pip install wemask-cli[vllm]")
+                raise WeMaskError(NO_ROLLOUT_ENGINE)
             self.rollouts.check(resolved, aware_mask)
         if aware_mask and args.use_transformers_continuous_batching:
             raise WeMaskError(CONTINUOUS_BATCHING_REFUSAL)

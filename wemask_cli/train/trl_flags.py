@@ -89,3 +89,21 @@ def check_extra_args(args: list[str], stage: str, config: str, own_flags: list[s
             f"No such option: {flag}{hint}; it is neither wemask's nor TRL's {class_name(config)}: "
             f"see 'wemask {stage} --help' and --help-trl"
         )
+
+
+TRUE_WORDS, FALSE_WORDS = ("yes", "true", "t", "y", "1"), ("no", "false", "f", "n", "0")  # HfArgumentParser's booleans
+
+
+def given_bool(args: list[str], field: str) -> bool | None:
+    """The boolean TRL option `field` as TRL's parser reads `args` (a bare flag is true, the last one given wins);
+    None when it is not given or its value is no boolean (TRL's parser refuses that)."""
+    value = None
+    for index, token in enumerate(args):
+        flag, equals, word = token.partition("=")
+        if flag.lstrip("-").replace("-", "_") != field or not flag.startswith("--"):
+            continue
+        if not equals:
+            following = args[index + 1] if index + 1 < len(args) else ""
+            word = following if following.lower() in TRUE_WORDS + FALSE_WORDS else "true"
+        value = True if word.lower() in TRUE_WORDS else False if word.lower() in FALSE_WORDS else None
+    return value

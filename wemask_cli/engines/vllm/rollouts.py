@@ -29,6 +29,11 @@ class VllmRollouts(Rollouts):
 
         silence_trl_version_warning()  # TRL warns at each of its vLLM checks, vLLM used or not: before TRL loads
 
+    def check_installed(self) -> None:
+        from wemask_cli.engines.vllm.install import check_vllm_installed
+
+        check_vllm_installed("--use-vllm", instead="drop --use-vllm (rollouts from the trained model)")
+
     def check(self, resolved, aware_mask: bool) -> None:
         """What vLLM cannot run, in one line before any model loads."""
         import torch
