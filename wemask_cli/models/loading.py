@@ -17,10 +17,10 @@ from safetensors import SafetensorError
 
 from wemask_cli.method.config import WeMaskConfig
 from wemask_cli.models.bos import declared_add_bos, match_bos, write_bos_in_chat_template
+from wemask_cli.models.weights import require_finite_file, require_finite_model
 from wemask_cli.outputs import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE
 from wemask_cli.runtime import progress
 from wemask_cli.runtime.errors import WeMaskError, first_line
-from wemask_cli.runtime.finite import require_finite_file, require_finite_model
 
 if TYPE_CHECKING:
     from wemask_cli.interventions import Installation

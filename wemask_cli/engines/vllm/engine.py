@@ -181,7 +181,7 @@ def load_vllm(spec: str | None, dtype: str, request, job: VllmJob | None = None)
     from wemask_cli.engines.vllm.tensor_mask import check_config
     from wemask_cli.models.loading import LoadedModel, load_model, load_tokenizer, resolve_dtype, saved_run
     from wemask_cli.models.sources import resolve_source
-    from wemask_cli.runtime.finite import require_finite_folder
+    from wemask_cli.models.weights import require_finite_folder
 
     require_vllm()  # before the embedded model is converted or anything is read
     warn_version_once()

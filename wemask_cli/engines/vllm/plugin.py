@@ -88,7 +88,7 @@ def masked_load_model(original):
 def load_masked(original, loader, vllm_config, model_config, *args, **kwargs):
     from wemask_cli.engines.vllm.support import saved_wemask_for_vllm
     from wemask_cli.engines.vllm.tensor_mask import SUPPORTED_ARCHITECTURES, VllmEngineError, arm, compiles, install_wemask, unsupported_architecture
-    from wemask_cli.runtime.finite import require_finite_folder
+    from wemask_cli.models.weights import require_finite_folder
 
     config = saved_wemask_for_vllm(model_config.model)  # a VllmEngineError (one line) before any weight loads
     saved = config is not None and config.active
