@@ -12,7 +12,8 @@ import subprocess
 
 from wemask_cli.compat import require
 
-VERIFIED = "0.4.13"
+LIBRARY = "lm-eval"
+VERIFIED = {LIBRARY: ("0.4", "0.4")}  # the release series this module was verified on
 
 
 def git_commit_hash() -> str | None:
@@ -28,7 +29,7 @@ def quiet_git_hash():
     """While lm-eval evaluates: its git lookup without `fatal: not a git repository` on the terminal."""
     from lm_eval import evaluator
 
-    original = require("lm-eval", evaluator, "get_git_commit_hash", verified=VERIFIED)
+    original = require(LIBRARY, evaluator, "get_git_commit_hash", verified=VERIFIED)
     evaluator.get_git_commit_hash = git_commit_hash
     try:
         yield

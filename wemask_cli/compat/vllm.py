@@ -26,8 +26,7 @@ from collections.abc import Callable
 
 from wemask_cli.compat import CompatError, incompatible, require
 
-VERIFIED = "0.32.0"
-TRL_VERIFIED = "1.16"
+VERIFIED = {"vllm": ("0.32", "0.32"), "trl": ("1.16", "1.16")}  # the release series this module was verified on
 LOADER_PARAMS = ("vllm_config", "model_config")
 COMPILE_ATTRIBUTES = ("do_not_compile", "self.compiled", "aot_compiled_fn")
 
@@ -85,7 +84,7 @@ def trl_engine_defaults(**defaults):
     """TRL's colocated `LLM(...)` call gets `defaults` for the arguments it does not pass itself."""
     from trl.generation import vllm_generation
 
-    build = require("trl", vllm_generation, "LLM", verified=TRL_VERIFIED)
+    build = require("trl", vllm_generation, "LLM", verified=VERIFIED)
     _need(build, "__init__", tuple(defaults))
 
     def build_with_defaults(*args, **kwargs):
@@ -134,11 +133,11 @@ def colocated_llm(trainer):
     from trl import GRPOConfig
 
     for name in ("use_vllm", "vllm_mode"):
-        require("trl", GRPOConfig, name, verified=TRL_VERIFIED)
+        require("trl", GRPOConfig, name, verified=VERIFIED)
     if not trainer.args.use_vllm or trainer.args.vllm_mode != "colocate":
         return None
-    generation = require("trl", trainer, "vllm_generation", verified=TRL_VERIFIED)
-    return require("trl", generation, "llm", verified=TRL_VERIFIED)
+    generation = require("trl", trainer, "vllm_generation", verified=VERIFIED)
+    return require("trl", generation, "llm", verified=VERIFIED)
 
 
 def attention_classes() -> list[type]:
@@ -176,10 +175,10 @@ def internals() -> list[str]:
         from trl.generation import vllm_generation
     except ImportError:
         return checked
-    build = require("trl", vllm_generation, "LLM", verified=TRL_VERIFIED)
+    build = require("trl", vllm_generation, "LLM", verified=VERIFIED)
     _need(build, "__init__", ("dtype", "enforce_eager", "kv_cache_memory_bytes"))
     for name in ("use_vllm", "vllm_mode"):
-        require("trl", GRPOConfig, name, verified=TRL_VERIFIED)
+        require("trl", GRPOConfig, name, verified=VERIFIED)
     checked += ["trl.generation.vllm_generation.LLM", "trl.GRPOConfig.use_vllm/vllm_mode"]
     return checked
 
