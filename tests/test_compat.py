@@ -56,8 +56,9 @@ def test_a_dataset_without_its_fingerprint_is_refused_not_skipped(monkeypatch):
 
 
 def private_touches(path: Path) -> list[str]:
-    """`x._name` attribute reads/writes (also through getattr/hasattr), `setattr(...)` and
-    `warnings.filterwarnings/simplefilter` calls in one file (self._x, cls._x and dunders are the file's own)."""
+    """`x._name` attribute reads/writes (also through getattr/hasattr), `setattr(...)`, `x.__class__ = ...` (a class
+    swap) and `warnings.filterwarnings/simplefilter` calls in one file (self._x, cls._x and other dunders are the
+    file's own)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
@@ -67,6 +68,8 @@ def private_touches(path: Path) -> list[str]:
         if isinstance(node, ast.Call) and ast.unparse(node.func) in ("setattr", "warnings.filterwarnings",
                                                                      "warnings.simplefilter"):
             found.append(f"{path.name}:{node.lineno} {ast.unparse(node.func)}")
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "__class__" for t in node.targets):
+            found.append(f"{path.name}:{node.lineno} {ast.unparse(node.targets[0])} = (a class swap)")
         if isinstance(node, ast.Call) and ast.unparse(node.func) in ("getattr", "hasattr") and len(node.args) > 1:
             name = node.args[1]
             if isinstance(name, ast.Constant) and str(name.value).startswith("_") and not str(name.value).startswith("__"):
@@ -80,12 +83,19 @@ OWN = {  # wemask's own private names, reached from another of its modules or ob
 
 
 def test_no_module_outside_compat_touches_another_librarys_private_names():
-    """The grep of issue 25, as a test: private attributes of other objects, setattr and warning filters appear only in
-    compat/ (and in the vLLM engine, whose internals live in its own compat module)."""
-    outside = [path for path in sorted(PACKAGE.rglob("*.py"))
-               if path.relative_to(PACKAGE).parts[0] not in ("compat",) and "vllm" not in path.relative_to(PACKAGE).parts]
+    """Private attributes of other objects, setattr, class swaps and warning filters appear only in compat/, for every
+    other module alike (the vLLM engine's included: its internals are compat/vllm.py's)."""
+    outside = [path for path in sorted(PACKAGE.rglob("*.py")) if path.relative_to(PACKAGE).parts[0] != "compat"]
     found = [touch for path in outside for touch in private_touches(path) if touch.split(" ")[1] not in OWN]
     assert found == [], found
+
+
+def test_the_scan_sees_each_kind_of_touch(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text("import warnings\nlayer.attn.__class__ = Masked\nx = model._hidden\nsetattr(model, 'a', 1)\n"
+                       "warnings.filterwarnings('ignore')\ngetattr(model, '_private')\nself._own = 1\n")
+    assert [touch.split(" ")[0] for touch in private_touches(planted)] == [
+        "planted.py:2", "planted.py:3", "planted.py:4", "planted.py:5", "planted.py:6"]
 
 
 def test_library_notices_are_quiet_only_inside_a_command_and_only_for_the_libraries():
