@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from conftest import run_main
 
-from wemask_cli.compat import CompatError, accelerate, argparse, bitsandbytes, datasets, huggingface_hub, transformers
+from wemask_cli.compat import CompatError, accelerate, argparse, bitsandbytes, datasets, huggingface_hub, lm_eval, transformers
 from wemask_cli.compat.notices import library_notices_quiet
 
 PACKAGE = Path(__file__).resolve().parent.parent / "wemask_cli"
 
 
-@pytest.mark.parametrize("module", [accelerate, argparse, bitsandbytes, datasets, huggingface_hub, transformers],
+@pytest.mark.parametrize("module", [accelerate, argparse, bitsandbytes, datasets, huggingface_hub, lm_eval, transformers],
                          ids=lambda m: m.__name__.rpartition(".")[2])
 def test_canary_the_internals_wemask_touches_are_where_it_expects(module):
     module.check()
@@ -172,3 +172,39 @@ def test_canary_renaming_the_fingerprint_changes_trls_reference_cache_key(monkey
     assert trl_reference_cache_key(masked, monkeypatch) == unmasked_key  # same data, same weights: the same cache
     name_masked_reference(masked, WeMaskConfig(mask_rate=0.3, me_layer=1))
     assert trl_reference_cache_key(masked, monkeypatch) != unmasked_key
+
+
+def test_canary_lm_eval_takes_what_wemask_passes_and_returns_what_it_reads(tmp_path, tiny_tokenizer):
+    """On a tiny model through HFLM and a local YAML task (the calls eval/tasks/lm_eval.py makes, with its arguments):
+    simple_evaluate's output holds what wemask reads, and the bridge turns it into its metrics; a reshaped output is
+    one CompatError line."""
+    import json
+
+    import lm_eval as harness
+    from conftest import make_tiny_model
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    from wemask_cli.eval.tasks.lm_eval import LmEvalTask, scored_from
+
+    rows = [{"question": f"{i} plus {i}?", "choices": [str(2 * i), "no"], "answer": 0} for i in range(3)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (tmp_path / "toy_choice.yaml").write_text(
+        f"task: toy_choice\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {tmp_path / 'rows.jsonl'}\n"
+        'test_split: test\noutput_type: multiple_choice\ndoc_to_text: "Q: {{question}}\\nA:"\ndoc_to_choice: "{{choices}}"\n'
+        'doc_to_target: "{{answer}}"\nmetric_list:\n  - metric: acc\n  - metric: acc_norm\n')
+    manager = TaskManager(include_path=str(tmp_path), include_defaults=False)
+    model = HFLM(pretrained=make_tiny_model("llama", vocab_size=len(tiny_tokenizer)), tokenizer=tiny_tokenizer, batch_size=1)
+    with lm_eval.quiet_git_hash():
+        out = harness.simple_evaluate(model=model, tasks=["toy_choice"], task_manager=manager, limit=None, num_fewshot=None,
+                                      apply_chat_template=False, fewshot_as_multiturn=False, log_samples=True,
+                                      fewshot_random_seed=1234, bootstrap_iters=10)
+    assert lm_eval.check_output(out, ["toy_choice"]) is out
+    task = LmEvalTask.__new__(LmEvalTask)
+    task.names, task.primary = ["toy_choice"], "toy_choice/?"
+    scored = scored_from(out, task)
+    assert set(scored.metrics) == {"toy_choice/acc", "toy_choice/acc_norm"} and task.primary == "toy_choice/acc"
+    assert scored.n["toy_choice/acc"] == 3 and len(scored.metrics["toy_choice/acc"].items) == 3
+    del out["samples"]["toy_choice"][0]["filtered_resps"]
+    with pytest.raises(CompatError, match=r"^lm-eval 0\.4\.\d+: simple_evaluate's output no longer has a sample's 'filtered_resps'"):
+        lm_eval.check_output(out, ["toy_choice"])
