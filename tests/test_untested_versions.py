@@ -155,3 +155,9 @@ def test_every_compat_range_holds_what_the_tested_environments_ran():
     for module in MODULES:
         for env in environments.values():
             assert outside(env["versions"], module.VERIFIED) == {}, (module.__name__, env["versions"])
+
+
+def test_env_names_what_the_warning_names(monkeypatch, capsys):
+    installed_as(monkeypatch, {**recorded(), "huggingface_hub": "2.5.0"})
+    code, out, _ = run_main(monkeypatch, capsys, "env")
+    assert code == 0 and "with untested versions: huggingface_hub 2.5.0 (tested 2.4)" in out
