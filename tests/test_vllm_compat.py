@@ -56,7 +56,8 @@ def meta_models(tmp_path_factory):
     from vllm.distributed.parallel_state import model_parallel_is_initialized
     from vllm.model_executor.models.registry import ModelRegistry
 
-    if not model_parallel_is_initialized():
+    ours = not model_parallel_is_initialized()
+    if ours:
         init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                      distributed_init_method=f"file://{tmp_path_factory.mktemp('dist')}/init")
         with set_current_vllm_config(VllmConfig()):
@@ -65,11 +66,16 @@ def meta_models(tmp_path_factory):
     for family, architecture in VLLM_FAMILIES.items():
         folder = tmp_path_factory.mktemp(family)
         make_tiny_model(family, **{**VLLM_SHAPE, **FAMILY_EXTRA.get(family, {})}).config.save_pretrained(folder)
-        config = VllmConfig(model_config=ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="float32"))
+        config = VllmConfig(model_config=ModelConfig(model=str(folder), tokenizer=None, skip_tokenizer_init=True, dtype="float32"))
         cls, _ = ModelRegistry.resolve_model_cls([architecture], config.model_config)
         with set_current_vllm_config(config), torch.device("meta"):
             models[cls.__name__] = cls(vllm_config=config)
-    return models
+    yield models
+    if ours:  # the engines the later tests start set up their own
+        from vllm.distributed import destroy_distributed_environment, destroy_model_parallel
+
+        destroy_model_parallel()
+        destroy_distributed_environment()
 
 
 def test_canary_every_covered_class_keeps_its_layers_where_the_mask_reads_them_and_swaps_its_attention_class(meta_models):
