@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from conftest import run_main
 
-from wemask_cli.compat import CompatError, accelerate, argparse, bitsandbytes, datasets, huggingface_hub, transformers
+from wemask_cli.compat import CompatError, accelerate, argparse, bitsandbytes, datasets, huggingface_hub, lm_eval, transformers
 from wemask_cli.compat.notices import library_notices_quiet
 
 PACKAGE = Path(__file__).resolve().parent.parent / "wemask_cli"
 
 
-@pytest.mark.parametrize("module", [accelerate, argparse, bitsandbytes, datasets, huggingface_hub, transformers],
+@pytest.mark.parametrize("module", [accelerate, argparse, bitsandbytes, datasets, huggingface_hub, lm_eval, transformers],
                          ids=lambda m: m.__name__.rpartition(".")[2])
 def test_canary_the_internals_wemask_touches_are_where_it_expects(module):
     module.check()
@@ -56,8 +56,9 @@ def test_a_dataset_without_its_fingerprint_is_refused_not_skipped(monkeypatch):
 
 
 def private_touches(path: Path) -> list[str]:
-    """`x._name` attribute reads/writes (also through getattr/hasattr), `setattr(...)` and
-    `warnings.filterwarnings/simplefilter` calls in one file (self._x, cls._x and dunders are the file's own)."""
+    """`x._name` attribute reads/writes (also through getattr/hasattr), `setattr(...)`, `x.__class__ = ...` (a class
+    swap) and `warnings.filterwarnings/simplefilter` calls in one file (self._x, cls._x and other dunders are the
+    file's own)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
@@ -67,6 +68,8 @@ def private_touches(path: Path) -> list[str]:
         if isinstance(node, ast.Call) and ast.unparse(node.func) in ("setattr", "warnings.filterwarnings",
                                                                      "warnings.simplefilter"):
             found.append(f"{path.name}:{node.lineno} {ast.unparse(node.func)}")
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "__class__" for t in node.targets):
+            found.append(f"{path.name}:{node.lineno} {ast.unparse(node.targets[0])} = (a class swap)")
         if isinstance(node, ast.Call) and ast.unparse(node.func) in ("getattr", "hasattr") and len(node.args) > 1:
             name = node.args[1]
             if isinstance(name, ast.Constant) and str(name.value).startswith("_") and not str(name.value).startswith("__"):
@@ -80,12 +83,19 @@ OWN = {  # wemask's own private names, reached from another of its modules or ob
 
 
 def test_no_module_outside_compat_touches_another_librarys_private_names():
-    """The grep of issue 25, as a test: private attributes of other objects, setattr and warning filters appear only in
-    compat/ (and in the vLLM engine, whose internals live in its own compat module)."""
-    outside = [path for path in sorted(PACKAGE.rglob("*.py"))
-               if path.relative_to(PACKAGE).parts[0] not in ("compat",) and "vllm" not in path.relative_to(PACKAGE).parts]
+    """Private attributes of other objects, setattr, class swaps and warning filters appear only in compat/, for every
+    other module alike (the vLLM engine's included: its internals are compat/vllm.py's)."""
+    outside = [path for path in sorted(PACKAGE.rglob("*.py")) if path.relative_to(PACKAGE).parts[0] != "compat"]
     found = [touch for path in outside for touch in private_touches(path) if touch.split(" ")[1] not in OWN]
     assert found == [], found
+
+
+def test_the_scan_sees_each_kind_of_touch(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text("import warnings\nlayer.attn.__class__ = Masked\nx = model._hidden\nsetattr(model, 'a', 1)\n"
+                       "warnings.filterwarnings('ignore')\ngetattr(model, '_private')\nself._own = 1\n")
+    assert [touch.split(" ")[0] for touch in private_touches(planted)] == [
+        "planted.py:2", "planted.py:3", "planted.py:4", "planted.py:5", "planted.py:6"]
 
 
 def test_library_notices_are_quiet_only_inside_a_command_and_only_for_the_libraries():
@@ -162,3 +172,39 @@ def test_canary_renaming_the_fingerprint_changes_trls_reference_cache_key(monkey
     assert trl_reference_cache_key(masked, monkeypatch) == unmasked_key  # same data, same weights: the same cache
     name_masked_reference(masked, WeMaskConfig(mask_rate=0.3, me_layer=1))
     assert trl_reference_cache_key(masked, monkeypatch) != unmasked_key
+
+
+def test_canary_lm_eval_takes_what_wemask_passes_and_returns_what_it_reads(tmp_path, tiny_tokenizer):
+    """On a tiny model through HFLM and a local YAML task (the calls eval/tasks/lm_eval.py makes, with its arguments):
+    simple_evaluate's output holds what wemask reads, and the bridge turns it into its metrics; a reshaped output is
+    one CompatError line."""
+    import json
+
+    import lm_eval as harness
+    from conftest import make_tiny_model
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    from wemask_cli.eval.tasks.lm_eval import LmEvalTask, scored_from
+
+    rows = [{"question": f"{i} plus {i}?", "choices": [str(2 * i), "no"], "answer": 0} for i in range(3)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (tmp_path / "toy_choice.yaml").write_text(
+        f"task: toy_choice\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {tmp_path / 'rows.jsonl'}\n"
+        'test_split: test\noutput_type: multiple_choice\ndoc_to_text: "Q: {{question}}\\nA:"\ndoc_to_choice: "{{choices}}"\n'
+        'doc_to_target: "{{answer}}"\nmetric_list:\n  - metric: acc\n  - metric: acc_norm\n')
+    manager = TaskManager(include_path=str(tmp_path), include_defaults=False)
+    model = HFLM(pretrained=make_tiny_model("llama", vocab_size=len(tiny_tokenizer)), tokenizer=tiny_tokenizer, batch_size=1)
+    with lm_eval.quiet_git_hash():
+        out = harness.simple_evaluate(model=model, tasks=["toy_choice"], task_manager=manager, limit=None, num_fewshot=None,
+                                      apply_chat_template=False, fewshot_as_multiturn=False, log_samples=True,
+                                      fewshot_random_seed=1234, bootstrap_iters=10)
+    assert lm_eval.check_output(out, ["toy_choice"]) is out
+    task = LmEvalTask.__new__(LmEvalTask)
+    task.names, task.primary = ["toy_choice"], "toy_choice/?"
+    scored = scored_from(out, task)
+    assert set(scored.metrics) == {"toy_choice/acc", "toy_choice/acc_norm"} and task.primary == "toy_choice/acc"
+    assert scored.n["toy_choice/acc"] == 3 and len(scored.metrics["toy_choice/acc"].items) == 3
+    del out["samples"]["toy_choice"][0]["filtered_resps"]
+    with pytest.raises(CompatError, match=r"^lm-eval 0\.4\.\d+: simple_evaluate's output no longer has a sample's 'filtered_resps'"):
+        lm_eval.check_output(out, ["toy_choice"])

@@ -331,3 +331,24 @@ def test_verl_parquet_trains_grpo_and_evaluates_math_on_the_embedded_model(monke
     for example in examples:  # the verl prompt is used as is, inside the chat template, with no second instruction
         assert example["prompt"].count(INSTRUCTION) == 1 and "Solve it step by step" not in example["prompt"]
         assert "<|im_start|>user" in example["prompt"]
+
+
+def test_the_data_layer_names_no_stage():
+    """The data layer reads the kind a stage declares (StageSpec.data) and takes the stage's name from there: no string
+    of wemask_cli/data/ but a docstring names a stage, so a new trainer is one module (train/kto.py)."""
+    import ast
+    import re
+
+    from wemask_cli.train.stage_registry import builtin_specs
+
+    specs = builtin_specs()
+    named = re.compile(rf"\b({'|'.join(map(re.escape, specs))})\b")
+    found = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "wemask_cli" / "data").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree) if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        found += [f"{path.name}:{node.lineno} {node.value[:60]!r}" for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                  and isinstance(node.value, str) and id(node) not in docstrings and named.search(node.value)]
+    assert found == []
+    assert {name: spec.data.stage for name, spec in specs.items()} == {name: name for name in specs}  # named by the stage

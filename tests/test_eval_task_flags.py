@@ -82,7 +82,7 @@ def test_a_duplicate_scheme_names_both_sources_and_a_plugin_cannot_replace_a_bui
     with SCHEMES.restoring():
         with pytest.raises(RegistryError, match=r"test_eval_task_flags\.w8a8 registers the quantization scheme 'w8a8', "
                                                 r"which is already wemask_cli\.eval\.quantize\.schemes\.w8a8 \(built-in\)$"):
-            register_scheme(Scheme("w8a8", None, None, "an impostor"))
+            register_scheme(Scheme("w8a8", None, None, "an impostor", module=__name__))
         assert SCHEMES.get("w8a8").description == "INT8 weights and inputs"
     impostor = "from wemask_cli.eval.quantize import Scheme, register\nregister(Scheme('w8a8', None, None, 'impostor'))\n"
     site = plugins_site(tmp_path / "site", {"wemask.quantization": ["toy_bf16 = toy_quant_scheme", "bad = impostor_scheme"]},

@@ -23,7 +23,8 @@ import torch
 from conftest import run_main
 from vllm_support import ME_LAYER, require_vllm
 
-from wemask_cli.engines.vllm.colocate import LAUNCHER_ENV, silence_trl_version_warning
+from wemask_cli.compat.vllm import silence_trl_version_warning
+from wemask_cli.engines.vllm.colocate import LAUNCHER_ENV
 from wemask_cli.train import grpo
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -347,3 +347,38 @@ def test_wemask_and_remedies_refuse_a_layer_range_with_the_same_words(span, prob
         errors.append(str(err.value))
     assert f"layers={span!r} {problem}" in errors[0]
     assert errors[1] == f"gated_norm {errors[0]}".replace("from-me, me-only, all", "all")
+
+
+def test_wemask_declares_its_flags_as_the_remedies_do_and_every_command_shows_them_as_declared():
+    """WeMask's flags are its own declaration (interventions/wemask.py FLAGS, `everywhere`), found through the registry
+    by that declaration; the commands build their options from it, and MaskRequest parses the same names."""
+    import typer
+
+    from wemask_cli.cli import app
+    from wemask_cli.interventions.registry import everywhere_flags
+    from wemask_cli.interventions.wemask import FLAGS, WeMask
+    from wemask_cli.mask_request.flags import MaskRequest
+    from wemask_cli.method.config import KIND
+
+    assert WeMask.kind == KIND and WeMask.everywhere and list(everywhere_flags().values()) == list(FLAGS)
+    assert not {spec.dest for spec in flag_specs()} & set(everywhere_flags())  # the trainers' remedy panel has none of them
+    root = typer.main.get_command(app)
+    for name in ("infer", "eval", "sft", "dpo", "grpo", "kto"):
+        command = root.built_command(name)
+        shown = {opt: param for param in command.params for opt in param.opts}
+        for spec in FLAGS:
+            assert spec.name in shown and set(spec.short) <= set(shown[spec.name].opts), (name, spec.name)
+            if spec.dest != "mask_rate":  # each command says what --mask-rate does there (a sweep, or one rate trained)
+                assert shown[spec.name].help == spec.help, (name, spec.name)
+    request = MaskRequest.from_options({"mask_rate": "0,0.3", "me_layer": "2", "select": "random", "tokens": "first", "strength": 0.5})
+    assert request == MaskRequest.parse("0,0.3", 2, "random", None, 0.5, "first")
+
+
+def test_the_wemask_hooks_carry_the_kind_the_intervention_declares():
+    from wemask_cli.interventions.wemask import WeMask
+    from wemask_cli.method.owned_hooks import owned_hooks
+
+    model = make_tiny_model("llama")
+    with install_all(model, [WeMaskConfig(mask_rate=0.5, me_layer=1)]) as installation:
+        assert installation.wemask is not None and {record.kind for record in installation.items[0].records} == {WeMask.kind}
+        assert owned_hooks(model, WeMask.kind)

@@ -14,7 +14,7 @@ Ranks (a module may import its own rank or lower, except as the rules below say)
     2  models/, mask_request/, prompts/, data/, interventions/, probes/, rewards/
                                   the building blocks eval and train share
     1  outputs/, resources/, runtime/{progress,ranks,finite,hub,plugins,registry,cache_dir,tested,launch}
-                                  plumbing with no knowledge of models or data
+                                  plumbing with no knowledge of models or data (never imports safetensors)
     0  method/, the package root  the science (torch only); wemask_cli/__init__.py re-exports it lazily
        compat/, runtime/versions  other libraries' internals, each behind a checked name; installed versions
    -1  runtime/errors, runtime/atomic (and runtime/__init__)
@@ -63,6 +63,7 @@ ENGINE_ONLY = {  # an optional engine's package: the only modules that import it
     "deepspeed": ("train.distributed",),
 }
 ENGINE_USERS = ("commands", "eval", "train", "engines")
+MODEL_FILES = ("safetensors",)  # a model's weight files: read from models/ up, never by the plumbing (rank 1 and below)
 DYNAMIC_IMPORTS = {  # the only modules that may import by a computed name, and why (what they name is still ranked)
     "wemask_cli/method/__init__.py": "lazy exports: each name's module comes from the package's own _EXPORTS table",
     "wemask_cli/rewards/loading.py": "the user's reward functions (--reward-funcs FILE.py:fn or MODULE:fn): user code, "
@@ -120,6 +121,8 @@ def third_party_broken(here: str, target: str) -> str | None:
     top, inside = target.split(".")[0], here.removeprefix("wemask_cli.")
     if top in EDGE_ONLY and rank_key(here) not in EDGE:
         return f"only cli/, render/ and __main__ may import {top}"
+    if top in MODEL_FILES and RANKS.get(rank_key(here), 2) <= 1:
+        return f"{rank_key(here) or 'the package root'} (rank {RANKS[rank_key(here)]}) reads no model files ({top}): models/ does"
     owners = ENGINE_ONLY.get(top, ())
     if owners and not any(inside == owner or inside.startswith(f"{owner}.") for owner in owners):
         return f"only {' and '.join(o.replace('.', '/') + ('/' if o == 'engines.vllm' else '.py') for o in owners)} import {top}"
@@ -256,6 +259,7 @@ PLANTED = {
     "wemask_cli/runtime/__init__.py": "",
     "wemask_cli/runtime/errors.py": "",
     "wemask_cli/runtime/progress.py": "import wemask_cli.cli.app as app\n",
+    "wemask_cli/runtime/finite.py": "def f():\n    from safetensors import safe_open\n",
     "wemask_cli/models/__init__.py": "",
     "wemask_cli/models/loading.py": "def load():\n    from ..train import stage\n",
     "wemask_cli/method/__init__.py": "from . import config\n",
@@ -313,6 +317,7 @@ def test_the_checker_catches_each_kind_of_violation():
         "method/wemask_hook.py:1 imports wemask_cli.runtime.progress: method (rank 0) may not import runtime.progress (rank 1)",
         "method/wemask_hook.py:3 imports wemask_cli: a dynamic import must name its package",
         "runtime/progress.py:1 imports wemask_cli.cli.app: runtime.progress (rank 1) may not import cli (rank 6)",  # plain
+        "runtime/finite.py:2 imports safetensors: runtime.finite (rank 1) reads no model files (safetensors): models/ does",
         ("import cycle between wemask_cli.train.run, wemask_cli.train.stage, e.g. wemask_cli/train/run.py:2 -> "
          "wemask_cli.train.stage; wemask_cli/train/stage.py:2 -> wemask_cli.train.run"),
     ]

@@ -104,7 +104,7 @@ def test_a_non_finite_full_model_is_refused_naming_its_file(tmp_path, tiny_token
 def test_a_non_finite_pytorch_bin_model_is_refused_by_both_engines_checks(tmp_path, tiny_tokenizer):
     """pytorch_model.bin: the transformers engine's refusal names the file, and the file check vLLM runs before it
     serves a folder reads it too (a damaged one is one line)."""
-    from wemask_cli.runtime.finite import require_finite_folder
+    from wemask_cli.models.weights import require_finite_folder
 
     model = make_tiny_model("llama", vocab_size=len(tiny_tokenizer))
     with torch.no_grad():

@@ -11,6 +11,8 @@ from wemask_cli.method.config import WeMaskConfig
 from wemask_cli.runtime import atomic, progress, ranks, versions
 from wemask_cli.runtime.errors import WeMaskError
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def test_every_atomic_write_fails_in_one_line_that_is_still_an_os_error(tmp_path):
     blocker = tmp_path / "a-file"
@@ -39,7 +41,28 @@ def test_one_rank_rule_for_speaking_and_for_collectives(monkeypatch, capsys):
 def test_every_record_lists_libraries_from_the_one_list():
     for named in (versions.EVAL_LIBRARIES, versions.RUN_LIBRARIES, versions.ENV_LIBRARIES, versions.TESTED_LIBRARIES):
         assert [versions.LIBRARIES.index(name) for name in named] == sorted(versions.LIBRARIES.index(name) for name in named)
-    assert set(versions.TESTED_LIBRARIES) | {"wemask-cli"} == set(versions.LIBRARIES)
+    assert set(versions.TESTED_LIBRARIES) | {"wemask-cli", "huggingface_hub", "safetensors"} == set(versions.LIBRARIES)
+    from wemask_cli.compat import notices
+
+    assert set(notices.PACKAGES) == {versions.import_name(name) for name in versions.LIBRARIES}
+
+
+def test_no_second_list_of_libraries_beside_runtime_versions():
+    """A literal naming three or more of the libraries (by distribution or import name) outside runtime/versions.py
+    is a second list that drifts (compat/notices.py once kept its own)."""
+    import ast
+
+    names = set(versions.LIBRARIES) | {versions.import_name(name) for name in versions.LIBRARIES}
+    found = []
+    for path in sorted((ROOT / "wemask_cli").rglob("*.py")):
+        if path.relative_to(ROOT).as_posix() == "wemask_cli/runtime/versions.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                named = [e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in names]
+                if len(named) >= 3:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} {named}")
+    assert found == [], found
 
 
 def test_a_full_disk_while_wemask_writes_a_checkpoint_names_the_checkpoint_to_resume_from(monkeypatch, capsys, tmp_path, tiny_model_dir):

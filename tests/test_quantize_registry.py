@@ -46,7 +46,7 @@ def test_a_registered_scheme_is_parsed_listed_and_refused_like_the_builtins(toy)
         parse_schemes("w3a3")
     clash = r"name clash: \S*test_quantize_registry.toy_bf16 registers the quantization scheme .toy_bf16., which is already toy_quant_scheme"
     with pytest.raises(ValueError, match=clash + r"\.toy_bf16$"):
-        register(Scheme("toy_bf16", None, None, "again"))
+        register(Scheme("toy_bf16", None, None, "again", module=__name__))
     with pytest.raises(ValueError, match="lower case"):
         register(Scheme("Toy,2", None, None, "bad name"))
 

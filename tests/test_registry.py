@@ -8,7 +8,6 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from wemask_cli.runtime import registry as registry_module
 from wemask_cli.runtime.errors import WeMaskError
 from wemask_cli.runtime.registry import Registry, RegistryError
 
@@ -77,4 +76,35 @@ def test_a_plugin_cannot_replace_a_builtin_and_is_left_out_whole(monkeypatch, ca
     assert "clash = 'toy_plugin:Clash'" in warning and "already wemask_cli._toy_builtin.Builtin (built-in)" in warning
     assert warning.count("\n") == 1
     assert "plugin fresh" in reg.source("fresh")
-    assert registry_module.origin(builtin_cls).endswith("(built-in)")
+    assert reg.source("x").endswith("(built-in)") and not reg.source("fresh").endswith("(built-in)")
+
+
+def test_built_in_is_the_builtin_list_for_every_point_never_where_the_code_lives(monkeypatch):
+    """A class of a wemask_cli module that `builtin` does not list is no built-in (a prefix rule said it was), and a
+    quantization scheme, an instance, is built-in by the module it declares, not by the caller's frame."""
+    from wemask_cli.eval.quantize.schemes import SCHEMES, Scheme, register
+
+    monkeypatch.delitem(sys.modules, "toy_quant_scheme", raising=False)
+    with SCHEMES.restoring():
+        from toy_quant_scheme import TOY
+
+        assert "toy_bf16" not in SCHEMES.builtins() and "toy_bf16" in SCHEMES.registered() and not SCHEMES.is_builtin(TOY)
+        posing = Scheme("w2a2", None, None, "a scheme that names no module")
+        assert register(posing) is posing and not SCHEMES.is_builtin(posing)
+
+    monkeypatch.setitem(sys.modules, "wemask_cli._toy_builtin", types.ModuleType("wemask_cli._toy_builtin"))
+    reg = Registry("toy", "wemask.test_toys", Base, package="wemask_cli", builtin=("_toy_builtin",))
+    listed = reg.register(type("Listed", (Base,), {"name": "a", "__module__": "wemask_cli._toy_builtin"}))
+    reg.register(type("Elsewhere", (Base,), {"name": "b", "__module__": "wemask_cli.somewhere_else"}))
+    assert reg.builtins() == {"a": listed} and list(reg.registered()) == ["a", "b"]
+    assert list(SCHEMES.builtins()) == ["none", "w8a8", "w4a8", "w4a4", "fp4"]
+
+
+def test_no_registry_decides_from_the_callers_frame():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "wemask_cli"
+    found = [str(path.relative_to(root)) for path in root.rglob("*.py")
+             if re.search(r"currentframe|_getframe|\.f_back|inspect\.stack", path.read_text())]
+    assert found == []

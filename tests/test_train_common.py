@@ -83,7 +83,7 @@ def test_columns_renames_splits_and_file_types(tmp_path):
         (['{"text": "ok"}', '{"text": "broken"'], "line 2 is not valid JSON"),
         (['{"text": "ok"}', "", '[1, 2]'], "line 3 is a JSON list, not an object"),
         (['{"question": "q", "answer": "a"}'],
-         "has columns ['answer', 'question'], which match no sft format: accepted are messages (messages); prompt-completion (prompt, completion); "
+         "has columns ['answer', 'question'], which match no supervised format: accepted are messages (messages); prompt-completion (prompt, completion); "
          "text (text)"),
         ([], "holds no rows"),
         (['{"prompt": "p", "completion": "c"}', '{"prompt": "p2"}'], "line 2 has no 'completion'"),

@@ -108,3 +108,56 @@ def test_untested_is_outside_the_release_series_the_environments_ran():
         "accelerate": ("1.14.2", "1.15", "accelerate>=1.15,<1.16"),
         "vllm": ("0.33.0rc1", "0.32", "vllm>=0.32,<0.33"),
     }
+
+
+def infer(monkeypatch, capsys, tmp_path) -> tuple[int, str, str]:
+    return run_main(monkeypatch, capsys, "infer", "--model", str(tmp_path / "model"), "--prompt", "hi", "--max-new-tokens", "2")
+
+
+def test_a_release_outside_a_compat_modules_range_is_one_warning_per_command_and_the_command_goes_on(monkeypatch, capsys,
+                                                                                                       tmp_path, model):
+    """huggingface_hub is in no tested environment's record: its range is compat/huggingface_hub.py's VERIFIED."""
+    installed_as(monkeypatch, {**recorded(), "huggingface_hub": "2.5.0"})
+    for _ in range(2):  # each command says it once, though infer loads the model and runs several steps
+        code, _, err = infer(monkeypatch, capsys, tmp_path)
+        warnings = [line for line in err.splitlines() if "untested versions" in line]
+        assert code == 0 and warnings == ["wemask: warning: untested versions: huggingface_hub 2.5.0 (tested 2.4): wemask may fail "
+                                          'inside them; `pip install "huggingface_hub>=2.4,<2.5"` installs the tested ones'], err
+
+
+def test_a_bad_input_stays_one_line_with_untested_versions(monkeypatch, capsys, tmp_path, model):
+    installed_as(monkeypatch, OLD)
+    code, _, err = run_main(monkeypatch, capsys, "infer", "--model", str(tmp_path / "missing"), "--prompt", "hi")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "untested" not in err, err
+
+
+def test_vllm_and_python_ranges_come_from_their_compat_modules(monkeypatch):
+    from wemask_cli.compat import argparse as standard_library
+    from wemask_cli.compat import vllm
+    from wemask_cli.runtime import tested
+
+    installed_as(monkeypatch, {"vllm": "0.40.1", "python": "3.14.0", "trl": "1.16.0"})
+    found = tested.untested_versions()
+    assert found["vllm"] == ("0.40.1", "0.32", "vllm>=0.32,<0.33") and vllm.VERIFIED["vllm"] == ("0.32", "0.32")
+    assert found["python"] == ("3.14.0", "3.10 to 3.13", None) and standard_library.VERIFIED["python"] == ("3.10", "3.13")
+    assert tested.install_hint(found).endswith(' "vllm>=0.32,<0.33" and Python 3.10 to 3.13')
+
+
+def test_every_compat_range_holds_what_the_tested_environments_ran():
+    """A compat module's range is what the warning measures its library against: it never leaves out a release
+    `make test` ran (the canaries run in both environments)."""
+    from wemask_cli.compat.verified import MODULES
+    from wemask_cli.runtime.versions import outside
+
+    environments = resources.tested_environments()
+    assert {module.__name__.rsplit(".", 1)[1] for module in MODULES} == {
+        path.stem for path in (ROOT / "wemask_cli" / "compat").glob("*.py")} - {"__init__", "notices", "verified"}
+    for module in MODULES:
+        for env in environments.values():
+            assert outside(env["versions"], module.VERIFIED) == {}, (module.__name__, env["versions"])
+
+
+def test_env_names_what_the_warning_names(monkeypatch, capsys):
+    installed_as(monkeypatch, {**recorded(), "huggingface_hub": "2.5.0"})
+    code, out, _ = run_main(monkeypatch, capsys, "env")
+    assert code == 0 and "with untested versions: huggingface_hub 2.5.0 (tested 2.4)" in out

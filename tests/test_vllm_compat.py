@@ -36,10 +36,74 @@ def test_every_vllm_internal_wemask_relies_on_is_where_it_was():
     from wemask_cli.compat.vllm import internals
 
     checked = internals()
+    from wemask_cli.compat.vllm import VLLM_CLASSES
+
     for name in ("BaseModelLoader.load_model", "TensorizerLoader.load_model", "ModelExpressModelLoader.load_model", "IpcModelLoader.load_model",
-                 "dispatch_cpu_unquantized_gemm", "LlamaAttention.forward", "Qwen3Attention.forward",
-                 "compile attributes", "vllm_generation.LLM", "GRPOConfig.use_vllm"):  # fmt: skip
+                 "dispatch_cpu_unquantized_gemm", "compile attributes", "vllm_generation.LLM", "GRPOConfig.use_vllm",
+                 *(f"ModelRegistry: {name}" for name in VLLM_CLASSES)):  # fmt: skip
         assert any(name in entry for entry in checked), (name, checked)
+    assert len(VLLM_CLASSES) == 13
+
+
+@pytest.fixture(scope="module")
+def meta_models(tmp_path_factory):
+    """A model of each class the vLLM mask covers, built by vLLM on the meta device from a tiny config of its family
+    (tests/test_vllm_families.py's), in this process (a single-process gloo group): no weights, no engine."""
+    from conftest import make_tiny_model
+    from test_vllm_families import FAMILY_EXTRA, VLLM_FAMILIES, VLLM_SHAPE
+    from vllm.config import ModelConfig, VllmConfig, set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.distributed.parallel_state import model_parallel_is_initialized
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    ours = not model_parallel_is_initialized()
+    if ours:
+        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                     distributed_init_method=f"file://{tmp_path_factory.mktemp('dist')}/init")
+        with set_current_vllm_config(VllmConfig()):
+            initialize_model_parallel(1, 1)
+    models = {}
+    for family, architecture in VLLM_FAMILIES.items():
+        folder = tmp_path_factory.mktemp(family)
+        make_tiny_model(family, **{**VLLM_SHAPE, **FAMILY_EXTRA.get(family, {})}).config.save_pretrained(folder)
+        config = VllmConfig(model_config=ModelConfig(model=str(folder), tokenizer=None, skip_tokenizer_init=True, dtype="float32"))
+        cls, _ = ModelRegistry.resolve_model_cls([architecture], config.model_config)
+        with set_current_vllm_config(config), torch.device("meta"):
+            models[cls.__name__] = cls(vllm_config=config)
+    yield models
+    if ours:  # the engines the later tests start set up their own
+        from vllm.distributed import destroy_distributed_environment, destroy_model_parallel
+
+        destroy_model_parallel()
+        destroy_distributed_environment()
+
+
+def test_canary_every_covered_class_keeps_its_layers_where_the_mask_reads_them_and_swaps_its_attention_class(meta_models):
+    """All 13 classes of compat/vllm.py's VLLM_CLASSES, as vLLM builds them: the decoder layers, each layer's
+    attention, norms and FFN under the names the mask reads, the attention's forward(positions, hidden_states), and the
+    class swap the mask makes on every layer's attention (and back); then the mask's own install on each."""
+    from wemask_cli.compat.vllm import VLLM_CLASSES, check_model
+    from wemask_cli.engines.vllm.tensor_mask import BUFFER, masked_class, set_masked_forward, vllm_layer_parts
+
+    assert set(meta_models) == set(VLLM_CLASSES)
+    for name, model in meta_models.items():
+        assert check_model(model)[0].startswith(f"{name}: {len(model.model.layers)} x "), name
+        part = vllm_layer_parts(model)[0]
+        base = type(part.attention)
+        set_masked_forward(part, True)
+        assert type(part.attention) is masked_class(base) and hasattr(part.attention, BUFFER), name
+        set_masked_forward(part, False)
+        assert type(part.attention) is base and not hasattr(part.attention, BUFFER), name
+
+
+def test_a_moved_layer_attribute_is_one_line_naming_the_class(meta_models, monkeypatch):
+    from wemask_cli.compat import CompatError
+    from wemask_cli.compat import vllm as compat_vllm
+
+    monkeypatch.setitem(compat_vllm.VLLM_CLASSES, "LlamaForCausalLM", compat_vllm.VllmLayout(attention="attention"))
+    with pytest.raises(CompatError, match=r"^vllm 0\.32\.0: layer 0 of LlamaForCausalLM \(LlamaDecoderLayer\) has no attention "
+                                          r"under the names wemask reads \(wemask was verified on vllm 0\.32\)"):
+        compat_vllm.check_model(meta_models["LlamaForCausalLM"])
 
 
 def test_a_moved_internal_is_one_line_naming_the_version(monkeypatch):
@@ -50,7 +114,7 @@ def test_a_moved_internal_is_one_line_naming_the_version(monkeypatch):
 
     monkeypatch.setattr(utils, "dispatch_cpu_unquantized_gemm", lambda layer: None)
     with pytest.raises(CompatError, match=r"^vllm 0\.32\.0.*dispatch_cpu_unquantized_gemm no longer takes remove_weight "
-                                          r"\(wemask was verified on vllm 0\.32\.0\)"):
+                                          r"\(wemask was verified on vllm 0\.32\)"):
         with cpu_linear_dispatch(lambda packed, layer, remove: None):
             pass
     monkeypatch.delattr(utils, "dispatch_cpu_unquantized_gemm")

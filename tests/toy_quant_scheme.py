@@ -19,4 +19,4 @@ def round_bf16(x, block_size):
 
 
 BF16 = Grid("bf16", round_bf16)
-TOY = register(Scheme("toy_bf16", BF16, BF16, "toy: bfloat16 weights and inputs, from tests/"))
+TOY = register(Scheme("toy_bf16", BF16, BF16, "toy: bfloat16 weights and inputs, from tests/", module=__name__))

@@ -12,7 +12,7 @@ STAGE = StageSpec(
     "Toy supervised fine-tuning from a plugin (TRL's SFTTrainer; data as for sft).",
     "toy_stage:ToySFTStage",
     "trl:SFTConfig",
-    SUPERVISED.named("toy-sft"),
+    SUPERVISED,
     flags=(StageFlag("toy_note", str, "A note this stage copies into metrics.json.", default="plain"),),
 )
 

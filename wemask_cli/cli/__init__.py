@@ -138,12 +138,13 @@ def main() -> None:
     from wemask_cli.compat.notices import library_notices_quiet
     from wemask_cli.render.common import RichReporter
     from wemask_cli.runtime import progress
+    from wemask_cli.runtime.tested import one_warning_per_command
 
     signal.signal(signal.SIGTERM, _terminated)  # training replaces it while it trains (save, then stop)
     try:
         quiet_libraries()
         progress.set_reporter(RichReporter())
-        with library_notices_quiet(every_warning=ranks.rank() != 0):
+        with library_notices_quiet(every_warning=ranks.rank() != 0), one_warning_per_command():
             code = app(prog_name="wemask", standalone_mode=False)  # usage errors come back here, not a boxed usage text
     except WeMaskError as err:
         line = ranks.error_line(str(err))  # under a launcher: once, by the main process, unless only this rank failed

@@ -13,13 +13,14 @@ def env() -> None:
     import sys
 
     from wemask_cli.resources import tested_environments
-    from wemask_cli.runtime.tested import describe
+    from wemask_cli.runtime.tested import describe, untested_versions
     from wemask_cli.runtime.versions import ENV_LIBRARIES, TESTED_LIBRARIES, library_versions, which_environment
 
     print(f"python        {platform.python_version()} ({sys.executable})")
     for name, version in library_versions(ENV_LIBRARIES).items():
         print(f"{name:<13} {version or 'not installed'}")
-    name, differ = which_environment(library_versions(TESTED_LIBRARIES), tested_environments())
+    name, _ = which_environment(library_versions(TESTED_LIBRARIES), tested_environments())
+    differ = untested_versions()  # the warning's own list: the tested environments' and the compat modules' ranges
     if differ:
         print(f"environment   {name}, with untested versions: {describe(differ)}")
     else:

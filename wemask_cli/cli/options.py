@@ -26,30 +26,18 @@ BaseQuantizationOpt = Annotated[
         "loaded it (a QLoRA run's 4-bit or 8-bit base, from its wemask_run.json), else unquantized."
     ),
 ]
-MaskRateOpt = Annotated[
-    Optional[str],
-    typer.Option("--mask-rate", "-r", help="Share r in [0, 1] of dims to mask; a comma list (0,0.3,1.0) runs each rate."),
-]
-MeLayerOpt = Annotated[
-    Optional[str],
-    typer.Option("--me-layer", help="0-based ME layer, or 'auto' to locate it (cached per model; the default with a positive --mask-rate)."),
-]
-SelectOpt = Annotated[Optional[str], typer.Option(
-    help="weight (the method: top |RMSNorm weight|) | activation | random | direction (remove the first token's "
-    "component along the massive direction, estimated on the locate prompts; with --mask-rate 1, --strength is alpha).")]
-LayersOpt = Annotated[
-    Optional[str],
-    typer.Option(help="from-me (default) | me-only | all | a:b (0-based, b exclusive) | a: (to the last layer) | :b (from layer 0)."),
-]
-StrengthOpt = Annotated[Optional[float], typer.Option(
-    help="Masking strength in [0, 1]: dims are multiplied by 1 - strength (--select direction: the share alpha of the component removed).")]
-TokensOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        help="first (default: the first real token of each sequence) | massive (also any prompt token whose norm is > 20x the median; "
-        "transformers engine only)."
-    ),
-]
+
+
+def intervention_option(dest: str) -> object:
+    """The typer option of a flag every command takes, as its intervention declares it (WeMask's: --mask-rate, ...)."""
+    from wemask_cli.interventions.registry import everywhere_flags
+
+    spec = everywhere_flags()[dest]
+    return Annotated[Optional[spec.type], typer.Option(spec.name, *spec.short, help=spec.help)]
+
+
+MaskRateOpt, MeLayerOpt, SelectOpt, LayersOpt, StrengthOpt, TokensOpt = (
+    intervention_option(dest) for dest in ("mask_rate", "me_layer", "select", "layers", "strength", "tokens"))
 # the prompts and report of a measuring command (locate, probe)
 PromptsOpt = Annotated[Optional[Path], typer.Option(help=f"Prompt file: {PROMPT_FILE_LAYOUTS} (default: the bundled locate_prompts.jsonl).")]
 DatasetOpt = Annotated[Optional[str], typer.Option(help="Local .jsonl/.json/.parquet/.csv file or hub dataset name instead of --prompts.")]

@@ -18,7 +18,6 @@ __all__ = [
     "SHOWN_LAUNCH_FLAGS", "StageSpec", "TrainOptions", "Training", "alias_flags", "builtin_specs", "plugin_stage_names",
     "run_training", "stage_specs", "trl_completions", "trl_spellings",
 ]
-MASK_FLAGS = ("mask_rate", "me_layer", "select", "layers", "strength", "tokens")
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ def run_training(spec: StageSpec, options: dict, stage_options: dict, interventi
     stage `spec` declares with the shared run."""
     from wemask_cli.mask_request.flags import MaskRequest
 
-    MaskRequest.parse(*(options[name] for name in MASK_FLAGS))  # a typo answers before torch is imported
+    MaskRequest.from_options(options)  # a typo answers before torch is imported
     from wemask_cli.runtime import launch
     from wemask_cli.train.trl_flags import check_extra_args, trl_flags
 

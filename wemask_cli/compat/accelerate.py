@@ -1,4 +1,4 @@
-"""accelerate's internals wemask touches: FSDP on the CPU (train/fsdp.py). Verified on accelerate 1.15 and 1.16.
+"""accelerate's internals wemask touches: FSDP on the CPU (train/fsdp.py). Verified on accelerate 1.16.
 
 accelerate switches a run to FSDP only for GPU-type process groups (AcceleratorState.__init__, in accelerate/state.py:
 the `distributed_type not in [MULTI_CPU, ...]` branch), and there is no public way to ask for FSDP on a MULTI_CPU
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from wemask_cli.compat import incompatible, require
 
-LIBRARY, VERIFIED = "accelerate", "1.16"
+LIBRARY = "accelerate"
+VERIFIED = {LIBRARY: ("1.16", "1.16")}  # the release series this module was verified on
 
 
 def shared_states():

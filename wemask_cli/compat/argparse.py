@@ -12,7 +12,8 @@ import argparse
 
 from wemask_cli.compat import require
 
-LIBRARY, VERIFIED = "python", "3.10-3.13"
+LIBRARY = "python"
+VERIFIED = {LIBRARY: ("3.10", "3.13")}  # the Python releases this module was verified on
 FIELDS = ("dest", "default", "required", "type", "nargs", "const")  # what resolve.py reads and sets on an action
 
 

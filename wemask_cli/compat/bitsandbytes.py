@@ -14,7 +14,8 @@ import sys
 
 from wemask_cli.compat import incompatible
 
-LIBRARY, VERIFIED = "bitsandbytes", "0.50.2"
+LIBRARY = "bitsandbytes"
+VERIFIED = {LIBRARY: ("0.50", "0.50")}  # the release series this module was verified on
 NOTICE_LOGGER = "bitsandbytes.backends.cpu.ops"
 NOTICE_START = "Failed to load CPU gemm_4bit_forward from kernels-community"
 

@@ -13,7 +13,8 @@ import sys
 
 from wemask_cli.compat import require
 
-LIBRARY, VERIFIED = "datasets", "5.2"
+LIBRARY = "datasets"
+VERIFIED = {LIBRARY: ("5.2", "5.2")}  # the release series this module was verified on
 CONFIG = "datasets.config"
 OFFLINE = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 

@@ -12,7 +12,8 @@ import sys
 
 from wemask_cli.compat import require
 
-LIBRARY, VERIFIED = "huggingface_hub", "2.4"
+LIBRARY = "huggingface_hub"
+VERIFIED = {LIBRARY: ("2.4", "2.4")}  # the release series this module was verified on
 CONSTANTS = "huggingface_hub.constants"
 
 

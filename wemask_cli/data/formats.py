@@ -1,9 +1,11 @@
-"""The layouts each training stage accepts, their detection, and per-row checks that name the row at fault.
+"""The kinds of training data and the layouts each accepts, their detection, and per-row checks that name the row at
+fault. The data layer names no stage: a stage declares the kind it reads in its StageSpec (train/stage_registry.py),
+which names the data after the stage for its messages.
 
-A stage declares what it reads as a `TrainingData` (its formats, first match wins; train/stage_registry.py): the
-built-in stages use SUPERVISED, PREFERENCE and PROMPTS (and unpaired.py's UNPAIRED). A stage that needs more (GRPO's
-answer column, DPO's implicit prompt) adds or reads its own columns after detection. The layouts recognised without
-flags (layouts.py: verl, Alpaca, ShareGPT, ...) convert for the `kind` a TrainingData names.
+The kinds are SUPERVISED, PREFERENCE and PROMPTS (and unpaired.py's UNPAIRED), each a `TrainingData` (its formats,
+first match wins). A stage that needs more (an answer column, an implicit prompt) adds or reads its own columns after
+detection. The layouts recognised without flags (layouts.py: verl, Alpaca, ShareGPT, ...) convert for the `kind` a
+TrainingData names.
 """
 
 from __future__ import annotations
@@ -27,31 +29,37 @@ class DataFormat:
 
 @dataclass(frozen=True)
 class TrainingData:
-    """What a training stage reads: its formats (first match wins), and its `kind`, the key under which the layouts
-    recognised without flags (layouts.py) declare how they convert for it, or None (no layout converts)."""
+    """A kind of training data: its formats (first match wins), and its `kind`, the key under which the layouts
+    recognised without flags (layouts.py) declare how they convert for it, or None (no layout converts). `stage`, the
+    stage reading it, is set by the stage's declaration (StageSpec) and named in errors."""
 
-    stage: str  # named in errors
     formats: tuple[DataFormat, ...]
     kind: str | None = None
-    hint: str = ""  # what else the stage reads, said when no format matches (e.g. kto's preference pairs)
+    hint: str = ""  # what else a stage reading it reads, said when no format matches (e.g. preference pairs)
+    stage: str = ""
 
     def named(self, stage: str) -> TrainingData:
-        """The same data under another stage's name (a stage that reads what a built-in one reads)."""
-        return TrainingData(stage, self.formats, self.kind, self.hint)
+        """The same data as read by the stage `stage` (its name in the messages)."""
+        return TrainingData(self.formats, self.kind, self.hint, stage)
+
+    @property
+    def reader(self) -> str:
+        """Who reads it, for the messages: the stage, else the kind."""
+        return self.stage or self.kind or "training"
 
 
-SUPERVISED = TrainingData("sft", (
+SUPERVISED = TrainingData((
     DataFormat("messages", ("messages",)),
     DataFormat("prompt-completion", ("prompt", "completion")),
     DataFormat("text", ("text",)),
 ), "supervised")
-PREFERENCE = TrainingData("dpo", (
+PREFERENCE = TrainingData((
     DataFormat("prompt-chosen-rejected", ("prompt", "chosen", "rejected")),
     DataFormat("chosen-rejected (implicit prompt)", ("chosen", "rejected")),
 ), "preference")
 # Every column is kept: reward functions receive them as keyword arguments (e.g. the reference answer).
 # The GSM8K layout (question, answer ending in '#### N') works as is: train/grpo.py turns question into prompt.
-PROMPTS = TrainingData("grpo", (
+PROMPTS = TrainingData((
     DataFormat("prompt", ("prompt",), keep_other_columns=True),
     DataFormat("question-answer (GSM8K)", ("question", "answer"), keep_other_columns=True),
 ), "prompts")
@@ -67,9 +75,9 @@ def detect_format(data: TrainingData, columns, where: str) -> DataFormat:
         if set(fmt.columns) <= present:
             return fmt
     accepted = "; ".join(fmt.describe() for fmt in data.formats)
-    hint = f" {data.hint}." if data.hint else ""
+    hint = f" {data.reader} reads {data.hint}." if data.hint else ""
     raise WeMaskError(
-        f"{where} has columns {sorted(present)}, which match no {data.stage} format: accepted are {accepted}.{hint} "
+        f"{where} has columns {sorted(present)}, which match no {data.reader} format: accepted are {accepted}.{hint} "
         f"{rename_suggestion(data, list(columns))}"
     )
 

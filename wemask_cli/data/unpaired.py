@@ -1,6 +1,6 @@
 """Unpaired feedback, what KTO reads (train/kto.py): a prompt, one completion and a boolean label (true: desirable).
 
-UNPAIRED is that stage's TrainingData (kind "unpaired"); two layouts feed it:
+UNPAIRED is that kind of TrainingData ("unpaired"); two layouts feed it:
 - `prompt`/`completion`/`label` rows, each label checked to be true or false (TRL's KTOTrainer reads it as such);
 - preference pairs (`prompt`/`chosen`/`rejected`), unpaired as TRL's `unpair_preference_dataset` does: each pair
   becomes its chosen completion labelled true and its rejected one labelled false.
@@ -15,8 +15,8 @@ from wemask_cli.runtime.errors import WeMaskError
 LABELLED = ("prompt", "completion", "label")
 PAIRED = ("prompt", "chosen", "rejected")
 UNPAIRED = TrainingData(
-    "kto", (DataFormat("prompt-completion-label", LABELLED),), "unpaired",
-    "kto reads a 'label' column of true or false per row (true: the completion is desirable, false: undesirable), or "
+    (DataFormat("prompt-completion-label", LABELLED),), "unpaired",
+    "a 'label' column of true or false per row (true: the completion is desirable, false: undesirable), or "
     "preference pairs (prompt, chosen, rejected), which it unpairs by itself (chosen: true, rejected: false)",
 )
 # The label is checked here; check_rows reads the text columns, and keeps the label.

@@ -24,13 +24,15 @@ class Intervention:
 
     kind: the registry key and JSON "kind"; title: its name in a report's legend. has_parameters: whether install() adds trainable parameters
     (saved as safetensors). Flags come from the fields declared with `flags.flag(...)`; a kind with no `main` field
-    sets `switch` (the help of a `--<kind>` on/off flag). A kind with neither has no flags.
+    sets `switch` (the help of a `--<kind>` on/off flag). A kind with neither has no flags. `everywhere`: its flags
+    are every command's (infer, eval and the trainers), not the trainers' alone.
     """
 
     kind: ClassVar[str] = ""
     title: ClassVar[str] = ""  # how a report's legend names it ("GatedNorm"); the kind when empty
     has_parameters: ClassVar[bool] = False
     switch: ClassVar[str] = ""
+    everywhere: ClassVar[bool] = False  # its flags are every command's (WeMask's), not the trainers' alone
 
     @classmethod
     def flag_name(cls, name: str = "") -> str:

@@ -21,7 +21,8 @@ class FlagSpec:
     """A command-line flag an intervention declares, torch-free, so any CLI or trainer can expose it generically.
 
     `dest` is the options-dict key `from_options` reads (the flag without dashes, '-' -> '_'). `type` is
-    str, int, float or bool (bool: a switch without a value). `choices`: allowed values for str flags.
+    str, int, float or bool (bool: a switch without a value). `choices`: allowed values for str flags. `short`: its
+    one-letter names ('-r').
     """
 
     name: str
@@ -29,6 +30,7 @@ class FlagSpec:
     help: str
     default: Any = None
     choices: tuple[str, ...] | None = None
+    short: tuple[str, ...] = ()
 
     @property
     def dest(self) -> str:

@@ -47,9 +47,16 @@ def config_from_dict(data: dict) -> Intervention:
     return known[data["kind"]].from_dict(data)
 
 
-def flag_specs() -> list[FlagSpec]:
-    """Every registered intervention's flags (WeMask's own flags are parsed by masking.MaskRequest, not here)."""
-    return [spec for cls in kinds().values() for spec in cls.flags()]
+def flag_specs(everywhere: bool = False) -> list[FlagSpec]:
+    """The flags the registered interventions declare: the trainers' (the remedies'), or with `everywhere` those of
+    the kinds whose flags every command takes (WeMask's: mask_request.flags.MaskRequest parses them)."""
+    return [spec for cls in kinds().values() if cls.everywhere == everywhere for spec in cls.flags()]
+
+
+def everywhere_flags() -> dict[str, FlagSpec]:
+    """{dest: FlagSpec} of the built-in kinds whose flags every command takes (WeMask's), loading no plugin (the
+    commands' options are built from them when `wemask --help` runs)."""
+    return {spec.dest: spec for cls in KINDS.builtins().values() if cls.everywhere for spec in cls.flags()}
 
 
 def configs_from_options(options: dict) -> list[Intervention]:

@@ -1,4 +1,5 @@
-"""WeMask flags parsed once into a typed `MaskRequest`, and resolved into WeMaskConfigs for a loaded model.
+"""The flags WeMask declares (interventions/wemask.py) parsed once into a typed `MaskRequest`, and resolved into
+WeMaskConfigs for a loaded model.
 
 Train, infer and eval all use it: CLI strings and recipe values (numbers, lists) parse the same way, with
 one clear line on bad input, before anything is loaded. Importing this module does not import torch.
@@ -38,6 +39,13 @@ class MaskRequest:
         probe = {name: getattr(request, name) for name in OVERRIDABLE if getattr(request, name) is not None}
         WeMaskConfig(mask_rate=0.0, **probe)  # checks select, layers, strength, tokens with WeMaskConfig's own messages
         return request
+
+    @classmethod
+    def from_options(cls, options: dict, seed=None) -> MaskRequest:
+        """From parsed options or resolved settings keyed by the flags WeMask declares (interventions/wemask.py)."""
+        from wemask_cli.interventions.registry import everywhere_flags
+
+        return cls.parse(**{dest: options.get(dest) for dest in everywhere_flags()}, seed=seed)
 
     def overrides(self) -> dict:
         """The fields given, as WeMaskConfig keyword arguments (mask rate and ME layer apart)."""

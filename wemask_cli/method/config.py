@@ -10,6 +10,8 @@ from pathlib import Path
 from wemask_cli.runtime.atomic import atomic_write, atomic_write_text
 from wemask_cli.runtime.errors import WeMaskError
 
+KIND = "wemask"  # WeMask's kind: its interventions.json record, its owned hooks (method/wemask_hook.py)
+
 CONFIG_NAME = "wemask_config.json"
 CONFIG_VERSION = 1
 

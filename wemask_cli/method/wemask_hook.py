@@ -18,12 +18,11 @@ import torch
 from torch import nn
 
 from wemask_cli.method.arch import LayerParts, hidden_size, resolve_layers
-from wemask_cli.method.config import WeMaskConfig, WeMaskConfigError
+from wemask_cli.method.config import KIND, WeMaskConfig, WeMaskConfigError
 from wemask_cli.method.direction import check_vectors, estimate_direction, first_token_attention_inputs, remove_direction
 from wemask_cli.method.owned_hooks import OwnedHook, owned_hooks, register_hook, remove_owned
 from wemask_cli.method.tokens import first_token_positions, massive_token_positions
 
-KIND = "wemask"
 TOKENS_KWARG = "wemask_tokens"  # the decoder layer's pre-hook passes the chosen tokens to the attention hook
 __all__ = ["WeMaskHandle", "apply_wemask", "first_token_positions", "masked_layers", "remove_wemask"]
 

@@ -17,10 +17,11 @@ from safetensors import SafetensorError
 
 from wemask_cli.method.config import WeMaskConfig
 from wemask_cli.models.bos import declared_add_bos, match_bos, write_bos_in_chat_template
+from wemask_cli.models.weights import require_finite_file, require_finite_model
 from wemask_cli.outputs import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE
 from wemask_cli.runtime import progress
 from wemask_cli.runtime.errors import WeMaskError, first_line
-from wemask_cli.runtime.finite import require_finite_file, require_finite_model
+from wemask_cli.runtime.tested import warn_untested_versions
 
 if TYPE_CHECKING:
     from wemask_cli.interventions import Installation
@@ -140,6 +141,7 @@ def load_model(
     if interventions and loaded.saved and loaded.saved.remedies:
         loaded.installed = loaded.saved.install(model, include_wemask=False)
         progress.say(f"Applying the interventions saved with {source}: {'; '.join(loaded.installed.describe())}")
+    warn_untested_versions()  # the model loaded: the command's work starts (once per command)
     return loaded
 
 

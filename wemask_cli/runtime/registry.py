@@ -2,7 +2,8 @@
 engines, data layouts), with one set of rules. Imports nothing heavy.
 
 - An entry is a class (a subclass of the registry's base) or an instance of it, registered by its name.
-- The built-ins are the modules in `builtin` (importing one registers what it declares), read in that order.
+- The built-ins are the modules in `builtin` (importing one registers what it declares), read in that order: an
+  entry is built-in exactly when the module that declares it (`module_of`) is one of them, for every point alike.
 - Another package adds entries through the entry-point group `group`: an entry point names a module (importing it
   registers) or an entry itself (registered when it loads). Plugins are loaded once per process, and only when the
   entries are first read (never for `wemask --help`).
@@ -37,10 +38,9 @@ def article(noun: str) -> str:
 
 
 def origin(entry: object) -> str:
-    """Where an entry is defined: 'wemask_cli.eval.tasks.math.MathTask (built-in)'."""
+    """Where an entry's class is defined: 'wemask_cli.eval.tasks.math.MathTask'."""
     cls = entry if isinstance(entry, type) else type(entry)
-    builtin = " (built-in)" if cls.__module__.startswith("wemask_cli.") else ""
-    return f"{cls.__module__}.{cls.__qualname__}{builtin}"
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def same_entry(one: object, other: object) -> bool:
@@ -81,14 +81,20 @@ class Registry(Generic[T]):
             raise RegistryError(f"{origin(entry)} is registered as {article(self.what)} without a name")
         if self.check is not None:
             self.check(entry)
+        where = (source or origin(entry)) + (" (built-in)" if self.is_builtin(entry) else "")
         if name in self._entries and not same_entry(self._entries[name], entry):
-            raise RegistryError(
-                f"name clash: {source or origin(entry)} registers the {self.what} {name!r}, which is already "
-                f"{self._sources[name]}"
-            )
+            raise RegistryError(f"name clash: {where} registers the {self.what} {name!r}, which is already {self._sources[name]}")
         self._entries[name] = entry
-        self._sources.setdefault(name, source or origin(entry))
+        self._sources.setdefault(name, where)
         return entry
+
+    def builtin_modules(self) -> list[str]:
+        """The modules `builtin` names, in its order."""
+        return [f"{self.package}.{module}" for module in self.builtin]
+
+    def is_builtin(self, entry: object) -> bool:
+        """The one rule: an entry is built-in when the module that declares it is one of `builtin`'s."""
+        return self.module_of(entry) in self.builtin_modules()
 
     def _load_builtins(self) -> None:
         for module in self.builtin:
@@ -147,12 +153,10 @@ class Registry(Generic[T]):
         return self.registered()
 
     def _rank(self, name: str) -> int:
-        """Built-in modules in `builtin`'s order (entries declared elsewhere in wemask first), plugins last."""
-        modules = [f"{self.package}.{module}" for module in self.builtin]
+        """Built-in modules in `builtin`'s order, then every other entry (plugins') in registration order."""
+        modules = self.builtin_modules()
         module = self.module_of(self._entries[name])
-        if module in modules:
-            return modules.index(module)
-        return -1 if self._sources[name].endswith("(built-in)") else len(modules)
+        return modules.index(module) if module in modules else len(modules)
 
     def get(self, name: str) -> T:
         """The entry called `name`; a WeMaskError naming the known ones when there is none."""
@@ -163,7 +167,9 @@ class Registry(Generic[T]):
         return known[name]
 
     def source(self, name: str) -> str:
-        self.entries()
+        """Where the entry `name` comes from ('... (built-in)', '... (plugin ...)'); loads the entries unless known."""
+        if name not in self._sources:
+            self.entries()
         return self._sources[name]
 
     def __contains__(self, name: str) -> bool:

@@ -1,17 +1,31 @@
-"""Libraries installed at versions `make test` did not run (runtime/versions.py's `untested`, against the record in
-resources/environments.json): one warning line before a command starts, and the line of a failure raised inside
-such a library, in place of a bug report. Torch-free."""
+"""Libraries installed at versions wemask was not tested on: outside the release series `make test` ran (the record
+in resources/environments.json) or, for a library whose internals wemask touches, outside the series its compat
+module declares (compat/verified.py; that range holds the recorded ones, tests/test_compat.py). One warning line
+once per command, and the line of a failure raised inside such a library, in place of a bug report. Torch-free."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from wemask_cli.compat.verified import verified_ranges
 from wemask_cli.resources import tested_environments
 from wemask_cli.runtime import versions
 from wemask_cli.runtime.progress import warn
 
+_warned: list[str] = []  # the warning already given in this command (in this process, outside a command)
 
-def untested_versions() -> dict[str, tuple[str, str, str]]:
-    """{library: (installed, tested series, pip requirement)} of the installed libraries outside the tested series."""
-    return versions.untested(versions.library_versions(versions.TESTED_LIBRARIES), tested_environments())
+
+def tested_ranges() -> dict[str, tuple[str, str]]:
+    """{library: (oldest, newest release series)}: the tested environments', a compat module's where it declares one."""
+    return {**versions.tested_ranges(tested_environments()), **verified_ranges()}
+
+
+def untested_versions() -> dict[str, tuple[str, str, str | None]]:
+    """{library: (installed, tested series, pip requirement or None)} of the installed libraries outside their range."""
+    ranges = tested_ranges()
+    names = [*versions.TESTED_LIBRARIES, *(name for name in ranges if name not in versions.TESTED_LIBRARIES)]
+    return versions.outside(versions.library_versions(names), ranges)
 
 
 def describe(found: dict[str, tuple[str, str, str]]) -> str:
@@ -19,19 +33,34 @@ def describe(found: dict[str, tuple[str, str, str]]) -> str:
     return ", ".join(f"{library} {have} (tested {tested})" for library, (have, tested, _) in found.items())
 
 
-def install_hint(found: dict[str, tuple[str, str, str]]) -> str:
-    """The pip command that installs the tested series of each library in `found`."""
-    return "pip install " + " ".join(f'"{requirement}"' for _, _, requirement in found.values())
+def install_hint(found: dict[str, tuple[str, str, str | None]]) -> str:
+    """The pip command that installs the tested series of each library in `found` (a Python release: which to use)."""
+    wanted = " ".join(f'"{requirement}"' for _, _, requirement in found.values() if requirement)
+    python = found.get(versions.PYTHON)
+    return " and ".join(([f"pip install {wanted}"] if wanted else []) + ([f"Python {python[1]}"] if python else []))
 
 
 def warn_untested_versions() -> None:
-    """One warning line when any library is at an untested version (say it before a command's work starts)."""
+    """One warning line when any library is at an untested version, once per command (`one_warning_per_command`; said
+    as a command's work starts, once its inputs are checked), the command going on."""
     found = untested_versions()
-    if found:
-        warn(f"untested versions: {describe(found)}: wemask may fail inside them; `{install_hint(found)}` installs the tested ones")
+    if not found or _warned:
+        return
+    _warned.append(describe(found))
+    warn(f"untested versions: {describe(found)}: wemask may fail inside them; `{install_hint(found)}` installs the tested ones")
 
 
-LIBRARY_PACKAGES = {library.replace("-", "_"): library for library in versions.TESTED_LIBRARIES}  # import name: library
+@contextmanager
+def one_warning_per_command() -> Iterator[None]:
+    """Around one command (cli.main): its untested-versions warning said at most once, and again by the next command."""
+    _warned.clear()
+    try:
+        yield
+    finally:
+        _warned.clear()
+
+
+LIBRARY_PACKAGES = {versions.import_name(library): library for library in versions.LIBRARIES[1:]}  # import name: library
 
 
 def _packages_in(err: BaseException) -> list[str]:

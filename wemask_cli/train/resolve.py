@@ -271,10 +271,7 @@ def resolve(stage, options: TrainOptions, extra_args: list[str]) -> Resolved:
     except (ValueError, TypeError) as err:
         raise WeMaskError(f"wemask {stage.name}: invalid TRL setting for {config_class.__name__}: {first_line(err)}") from None
     default_eval_data(resolved, source, args.eval_strategy)
-    mask = MaskRequest.parse(
-        mask_rate=resolved["mask_rate"], me_layer=resolved["me_layer"], select=resolved["select"], layers=resolved["layers"],
-        strength=resolved["strength"], tokens=resolved["tokens"], seed=args.seed if resolved["mask_rate"] is not None else None,  # select=random
-    )
+    mask = MaskRequest.from_options(resolved, seed=args.seed if resolved["mask_rate"] is not None else None)  # seed: select=random
     from wemask_cli.interventions import configs_from_options
 
     remedies = configs_from_options({key: resolved[key] for key in intervention_options()})

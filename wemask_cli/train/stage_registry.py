@@ -58,13 +58,14 @@ class StageSpec:
     help: str  # the command's help (first line: the summary in `wemask --help`)
     stage_class: str  # "package.module:Class", a stage_base.Stage subclass
     trl_config: str  # "module:Class", TRL's config class whose fields pass through as flags ("trl:SFTConfig", ...)
-    data: TrainingData  # the formats it accepts (first match wins) and how known layouts convert for it
+    data: TrainingData  # the kind of data it reads (data/formats.py), named after the stage here
     flags: tuple[StageFlag, ...] = ()
     reference: str = "none"  # one of REFERENCES; "choose" adds --ref-mask (see train/reference.py)
 
     def __post_init__(self) -> None:
         if self.reference not in REFERENCES:
             raise ValueError(f"stage {self.name}: reference {self.reference!r} is not one of {REFERENCES}")
+        object.__setattr__(self, "data", self.data.named(self.name))  # the kind it declares, read by this stage
 
     def all_flags(self) -> tuple[StageFlag, ...]:
         return self.flags + ((REF_MASK_FLAG,) if self.reference == "choose" else ())

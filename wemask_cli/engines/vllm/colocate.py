@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import warnings
 
 import torch
 
 from wemask_cli.engines.vllm.tensor_mask import BUFFER, VllmEngineError, current_mask, install_wemask
 from wemask_cli.method.config import WeMaskConfig
 
-TRL_VERSION_WARNING = r"TRL currently supports vLLM versions from 0\.22\.0 to 0\.31\.0\. You have version 0\.32\."
 ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -46,12 +44,6 @@ def on_cpu() -> bool:
     from vllm.platforms import current_platform
 
     return current_platform.is_cpu()
-
-
-def silence_trl_version_warning() -> None:
-    """TRL's 'supports vLLM 0.22.0 to 0.31.0' warning, for the vLLM series the tests exercise only (TRL gives it
-    when its vLLM modules are imported: call this first)."""
-    warnings.filterwarnings("ignore", message=TRL_VERSION_WARNING)
 
 
 def keep_weight(packed, layer: torch.nn.Module, remove_weight: bool) -> None:
@@ -84,7 +76,7 @@ def colocated_engine(model, dtype: torch.dtype | None, *, masked: bool, job=None
     the mask also where vLLM compiles the model (GPU). `job`: the rollouts' memory.VllmJob (generation batch,
     --vllm-max-model-length).
     """
-    from wemask_cli.compat.vllm import cpu_linear_dispatch, trl_engine_defaults
+    from wemask_cli.compat.vllm import cpu_linear_dispatch, silence_trl_version_warning, trl_engine_defaults
     from wemask_cli.engines.vllm.memory import VllmJob
     from wemask_cli.engines.vllm.plugin import ARM_VARIABLE, activate
     from wemask_cli.engines.vllm.support import check_cpu_attention, require_vllm

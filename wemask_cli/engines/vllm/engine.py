@@ -177,14 +177,14 @@ def vllm_dtype(dtype: str) -> str:
 def load_vllm(spec: str | None, dtype: str, request, job: VllmJob | None = None) -> tuple[VllmEngine, list]:
     """(the started VllmEngine, the mask configs to run). `--me-layer auto` locates the ME layer, and `--select
     direction` estimates the massive direction, with the transformers model first (freed before vLLM starts)."""
-    from wemask_cli.engines.vllm.support import require_vllm, warn_version_once
+    from wemask_cli.engines.vllm.support import require_vllm
     from wemask_cli.engines.vllm.tensor_mask import check_config
     from wemask_cli.models.loading import LoadedModel, load_model, load_tokenizer, resolve_dtype, saved_run
     from wemask_cli.models.sources import resolve_source
-    from wemask_cli.runtime.finite import require_finite_folder
+    from wemask_cli.models.weights import require_finite_folder
+    from wemask_cli.runtime.tested import warn_untested_versions
 
     require_vllm()  # before the embedded model is converted or anything is read
-    warn_version_once()
     resolve_dtype(dtype)  # the same one-line error for a bad --dtype
     source = resolve_source(spec)
     check_request(request, source)
@@ -196,6 +196,7 @@ def load_vllm(spec: str | None, dtype: str, request, job: VllmJob | None = None)
     for config in configs:
         if config is not None:
             check_config(config)
+    warn_untested_versions()  # the inputs checked, before vLLM starts (once per command)
     tokenizer = plain.tokenizer or load_tokenizer(source)
     plain = None
     free_locate_model()

@@ -88,7 +88,7 @@ def masked_load_model(original):
 def load_masked(original, loader, vllm_config, model_config, *args, **kwargs):
     from wemask_cli.engines.vllm.support import saved_wemask_for_vllm
     from wemask_cli.engines.vllm.tensor_mask import SUPPORTED_ARCHITECTURES, VllmEngineError, arm, compiles, install_wemask, unsupported_architecture
-    from wemask_cli.runtime.finite import require_finite_folder
+    from wemask_cli.models.weights import require_finite_folder
 
     config = saved_wemask_for_vllm(model_config.model)  # a VllmEngineError (one line) before any weight loads
     saved = config is not None and config.active
@@ -115,9 +115,9 @@ def load_masked(original, loader, vllm_config, model_config, *args, **kwargs):
 
 def announce(config, armed: bool) -> None:
     """Say what this engine holds, truthfully: the saved mask, an armed compiled model, or nothing (eager)."""
-    from wemask_cli.engines.vllm.support import warn_version_once
+    from wemask_cli.runtime.tested import warn_untested_versions
 
-    warn_version_once()
+    warn_untested_versions()  # vLLM's, and any other library's, outside what wemask was tested on: once per process
     if config is not None:
         logger.warning("wemask: WeMask in vLLM: %s", config.describe())
     elif armed:

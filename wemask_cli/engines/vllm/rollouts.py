@@ -25,7 +25,7 @@ class VllmRollouts(Rollouts):
     """TRL's vLLM rollouts (colocate mode in-process; server mode on GPUs) with the policy's mask."""
 
     def quiet(self) -> None:
-        from wemask_cli.engines.vllm.colocate import silence_trl_version_warning
+        from wemask_cli.compat.vllm import silence_trl_version_warning
 
         silence_trl_version_warning()  # TRL warns at each of its vLLM checks, vLLM used or not: before TRL loads
 

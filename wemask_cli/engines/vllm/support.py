@@ -5,20 +5,17 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from wemask_cli.compat.vllm import VERIFIED, cpu_attention_head_sizes
+from wemask_cli.compat.vllm import cpu_attention_head_sizes
 from wemask_cli.engines.vllm.install import INSTALL_HINT
 from wemask_cli.engines.vllm.tensor_mask import NOT_RUNNABLE, SUPPORTED_ARCHITECTURES, InstalledMask, VllmEngineError, check_config, install_wemask
 from wemask_cli.method.config import WeMaskConfig
 from wemask_cli.runtime.errors import WeMaskError
 
-VERIFIED_VERSIONS = (VERIFIED,)
 LOGGING_VARIABLE = "VLLM_LOGGING_LEVEL"
 QUIET_LEVEL = "ERROR"  # vLLM's start-up prints ~35 INFO and ~15 WARNING lines (on stdout too); its errors stay
-_warned: list[str] = []  # the unverified version already warned about in this process
 
 
 def require_vllm():
@@ -32,27 +29,6 @@ def require_vllm():
     if not user_level:
         logging.getLogger("vllm").setLevel(QUIET_LEVEL)  # also when vllm was imported before
     return vllm
-
-
-def version_warning(version: str) -> str | None:
-    """One line when this vLLM version is not one the mask was verified with (None when it is)."""
-    if version.split("+")[0] in VERIFIED_VERSIONS:
-        return None
-    return (
-        f"wemask: vLLM {version} is not verified (verified: {', '.join(VERIFIED_VERSIONS)}); the mask hooks into "
-        "the attention forward(positions, hidden_states) of its model classes (mask.VLLM_CLASSES): check outputs against "
-        "--engine transformers"
-    )
-
-
-def warn_version_once() -> None:
-    """Print `version_warning` for the installed vLLM once per process (not once per engine or loader)."""
-    import vllm
-
-    warning = version_warning(vllm.__version__)
-    if warning and warning not in _warned:
-        _warned.append(warning)
-        print(warning, file=sys.stderr)
 
 
 def folder_config(folder: str | Path) -> dict | None:

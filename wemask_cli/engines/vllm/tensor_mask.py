@@ -13,7 +13,8 @@ model, every layer carries it from before the compile (`arm`) and later changes 
 place, so the graph compiled once keeps reading the current mask (x * 1 is exact: unmasked layers are untouched).
 
 The dims come from wemask_cli.method.wemask_hook.resolve_dims (the transformers engine's own selection), through
-LayerParts built for vLLM's layer layout (fused gate_up_proj; per model class in VLLM_CLASSES). Imports torch only: vllm itself is not needed
+LayerParts built for vLLM's layer layout (fused gate_up_proj; per model class in compat/vllm.py's VLLM_CLASSES, with
+the class swap). Imports torch only: vllm itself is not needed
 to install the mask on a model object.
 """
 
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from wemask_cli.compat.vllm import check_attention_forward, compile_state
+from wemask_cli.compat.vllm import VLLM_CLASSES, check_attention_forward, compile_state, decoder_layers, layer_modules, restore_class, swap_class
 from wemask_cli.method.arch import ArchSpec, LayerParts
 from wemask_cli.method.config import WeMaskConfig
 from wemask_cli.method.direction import check_vectors, remove_direction
@@ -36,25 +37,6 @@ BUFFER = "wemask_keep"
 UNIT, SCALED = "wemask_unit", "wemask_scaled"  # select='direction': v and alpha * v (zero: nothing removed)
 
 
-@dataclass(frozen=True)
-class VllmLayout:
-    """Where a vLLM decoder layer keeps its attention and the norm that feeds it (mask dims: top |w_eff|)."""
-
-    attention: str = "self_attn"
-    ffn_norm: str = "post_attention_layernorm"
-    norm_offset: float = 0.0  # Gemma's GemmaRMSNorm scales by 1 + w
-    ffn: str = "mlp"
-
-
-PRE_NORM, GEMMA = VllmLayout(), VllmLayout(ffn_norm="pre_feedforward_layernorm", norm_offset=1.0)
-# vLLM's model class -> its layout; the attention's forward takes `positions` and `hidden_states` (by name)
-VLLM_CLASSES = {
-    "LlamaForCausalLM": PRE_NORM, "MistralForCausalLM": PRE_NORM, "Qwen2ForCausalLM": PRE_NORM,
-    "Qwen3ForCausalLM": PRE_NORM, "GraniteForCausalLM": PRE_NORM, "Phi3ForCausalLM": PRE_NORM,
-    "Gemma2ForCausalLM": GEMMA, "Gemma3ForCausalLM": GEMMA, "Qwen2MoeForCausalLM": PRE_NORM,
-    "Qwen3MoeForCausalLM": PRE_NORM, "MixtralForCausalLM": VllmLayout(ffn="block_sparse_moe"), "GptOssForCausalLM": VllmLayout(attention="attn"),
-    "CohereForCausalLM": VllmLayout(ffn_norm="input_layernorm"),
-}  # fmt: skip
 # a model folder's architecture (config.json) -> the vLLM class that runs it
 ARCHITECTURE_CLASSES = {**{name: name for name in VLLM_CLASSES if name != "CohereForCausalLM"},
                         "Cohere2ForCausalLM": "CohereForCausalLM"}  # fmt: skip
@@ -98,15 +80,13 @@ def vllm_layer_parts(model: nn.Module) -> list[LayerParts]:
     layout = VLLM_CLASSES.get(name)
     if layout is None:
         raise VllmEngineError(unsupported_architecture(name))
-    layers = getattr(getattr(model, "model", None), "layers", None)
-    if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
+    layers = decoder_layers(model)
+    if layers is None:
         raise VllmEngineError(f"cannot find the decoder layers of the vLLM model {name}: {unsupported_architecture(name)}")
     spec = ArchSpec(up=None, gate=None, gate_up="gate_up_proj", norm_offset=layout.norm_offset)  # vLLM fuses gate|up
     parts = []
     for index, layer in enumerate(layers):
-        modules = {role: getattr(layer, attr, None) for role, attr in
-                   (("attention", layout.attention), ("attn_norm", "input_layernorm"),
-                    ("ffn_norm", layout.ffn_norm), ("ffn", layout.ffn))}  # fmt: skip
+        modules = layer_modules(layer, layout)
         if any(module is None for module in modules.values()):
             raise VllmEngineError(
                 f"layer {index} of the vLLM model {name} has no attention or norms here (pipeline parallel?): "
@@ -197,9 +177,9 @@ def set_masked_forward(part: LayerParts, masked: bool) -> None:
         part.attention.register_buffer(BUFFER, torch.ones_like(weight, dtype=torch.float32), persistent=False)
         for name in (UNIT, SCALED):
             part.attention.register_buffer(name, torch.zeros_like(weight, dtype=torch.float32), persistent=False)
-        part.attention.__class__ = masked_class(type(part.attention))
+        swap_class(part.attention, masked_class(type(part.attention)))
     elif not masked and hasattr(part.attention, BUFFER):
-        part.attention.__class__ = type(part.attention).__mro__[1]
+        restore_class(part.attention)
         for name in (BUFFER, UNIT, SCALED):
             delattr(part.attention, name)
 

@@ -12,9 +12,8 @@ torch math when it is called.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from wemask_cli.eval.quantize import grids
 from wemask_cli.runtime.errors import WeMaskError
@@ -34,13 +33,15 @@ class Grid:
 @dataclass(frozen=True)
 class Scheme:
     """One `--quantize` choice: the grids of weights and of inputs (None: full precision), the --fp4-block-size
-    values it takes (empty: it has no blocks), and a short description for --help."""
+    values it takes (empty: it has no blocks), a short description for --help, and the module that declares it (a
+    built-in scheme's is this module, SCHEMES' one built-in module)."""
 
     name: str
     weights: Grid | None
     inputs: Grid | None
     description: str
     block_sizes: tuple[int, ...] = ()
+    module: str = field(default="", compare=False)
 
 
 def check_name(scheme: Scheme) -> None:
@@ -49,15 +50,13 @@ def check_name(scheme: Scheme) -> None:
 
 
 SCHEMES: Registry[Scheme] = Registry("quantization scheme", "wemask.quantization", Scheme, package=__package__,
-                                     flag="--quantize", check=check_name)
+                                     builtin=("schemes",), flag="--quantize", check=check_name,
+                                     module_of=lambda scheme: scheme.module)
 
 
 def register(scheme: Scheme) -> Scheme:
-    """Make `scheme` a --quantize choice (after those registered before it); its source is the registering module."""
-    caller = inspect.currentframe().f_back
-    module = caller.f_globals.get("__name__", "?") if caller is not None else "?"
-    builtin = " (built-in)" if module.startswith("wemask_cli.") else ""
-    return SCHEMES.register(scheme, f"{module}.{scheme.name}{builtin}")
+    """Make `scheme` a --quantize choice (after those registered before it), named by its module and name."""
+    return SCHEMES.register(scheme, f"{scheme.module or 'the scheme'}.{scheme.name}")
 
 
 def schemes() -> dict[str, Scheme]:
@@ -122,8 +121,8 @@ INT8 = Grid("int8", grids.round_int8)
 INT4 = Grid("int4", grids.round_int4)
 FP4 = Grid("fp4", grids.quantize_fp4)
 
-register(Scheme("none", None, None, "full precision"))
-register(Scheme("w8a8", INT8, INT8, "INT8 weights and inputs"))
-register(Scheme("w4a8", INT4, INT8, "INT4 weights, INT8 inputs"))
-register(Scheme("w4a4", INT4, INT4, "INT4 weights and inputs"))
-register(Scheme("fp4", FP4, FP4, "FP4 E2M1 weights and inputs, one scale per block", block_sizes=(16, 32)))
+register(Scheme("none", None, None, "full precision", module=__name__))
+register(Scheme("w8a8", INT8, INT8, "INT8 weights and inputs", module=__name__))
+register(Scheme("w4a8", INT4, INT8, "INT4 weights, INT8 inputs", module=__name__))
+register(Scheme("w4a4", INT4, INT4, "INT4 weights and inputs", module=__name__))
+register(Scheme("fp4", FP4, FP4, "FP4 E2M1 weights and inputs, one scale per block", block_sizes=(16, 32), module=__name__))

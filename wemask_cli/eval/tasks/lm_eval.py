@@ -157,7 +157,7 @@ class LmEvalTask(Task):
         import lm_eval
         from lm_eval.models.huggingface import HFLM
 
-        from wemask_cli.compat.lm_eval import quiet_git_hash
+        from wemask_cli.compat.lm_eval import check_output, quiet_git_hash
 
         s = self.settings
         if self.lm is None:
@@ -170,7 +170,7 @@ class LmEvalTask(Task):
                 bootstrap_iters=1000,
             )
         advance(len(self.names))
-        return scored_from(out, self)
+        return scored_from(check_output(out, self.names), self)
 
 
 def task_primary(config: dict, metrics: dict) -> str | None:

@@ -34,7 +34,7 @@ def check_declaration(cls: type[Task]) -> None:
         owner = next((other for other in TASKS.registered().values() if other.name != cls.name
                       and option.dest in {o.dest for o in other.options}), None)
         if option.dest in TASK_FLAGS or option.dest in SETTINGS or owner is not None:
-            taken = origin(owner) if owner is not None else "a shared eval flag (tasks.base.TASK_FLAGS, EvalSettings)"
+            taken = TASKS.source(owner.name) if owner is not None else "a shared eval flag (tasks.base.TASK_FLAGS, EvalSettings)"
             raise RegistryError(f"{origin(cls)} declares the option {option.name}, which is already {taken}")
 
 
