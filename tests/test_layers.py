@@ -63,7 +63,8 @@ ENGINE_ONLY = {  # an optional engine's package: the only modules that import it
     "deepspeed": ("train.distributed",),
 }
 ENGINE_USERS = ("commands", "eval", "train", "engines")
-MODEL_FILES = ("safetensors",)  # a model's weight files: read from models/ up, never by the plumbing (rank 1 and below)
+MODEL_FILES = ("safetensors",)  # a model's weight files: read from models/ up, never by the plumbing (rank 1; the method
+# (rank 0) saves and reads only its own tensors, the massive direction of select='direction')
 DYNAMIC_IMPORTS = {  # the only modules that may import by a computed name, and why (what they name is still ranked)
     "wemask_cli/method/__init__.py": "lazy exports: each name's module comes from the package's own _EXPORTS table",
     "wemask_cli/rewards/loading.py": "the user's reward functions (--reward-funcs FILE.py:fn or MODULE:fn): user code, "
@@ -121,7 +122,7 @@ def third_party_broken(here: str, target: str) -> str | None:
     top, inside = target.split(".")[0], here.removeprefix("wemask_cli.")
     if top in EDGE_ONLY and rank_key(here) not in EDGE:
         return f"only cli/, render/ and __main__ may import {top}"
-    if top in MODEL_FILES and RANKS.get(rank_key(here), 2) <= 1:
+    if top in MODEL_FILES and RANKS.get(rank_key(here), 2) == 1:
         return f"{rank_key(here) or 'the package root'} (rank {RANKS[rank_key(here)]}) reads no model files ({top}): models/ does"
     owners = ENGINE_ONLY.get(top, ())
     if owners and not any(inside == owner or inside.startswith(f"{owner}.") for owner in owners):

@@ -5,43 +5,16 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 import torch
-from vllm_support import ME_LAYER, masked_run_folder, require_vllm
+from vllm_support import ME_LAYER, free_port, masked_run_folder, require_vllm, stop_server, wait_healthy
 
 PROMPT = "The capital of France is Paris. The capital of Italy is"
 NEW_TOKENS = 12
-STARTUP_LIMIT_S = 300  # a loaded 2-core machine; ~40 s when idle
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_healthy(process: subprocess.Popen, url: str, log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_LIMIT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"vllm serve exited with {process.returncode}:\n{log.read_text()[-3000:]}", pytrace=False)
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
-                if reply.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(1)
-    pytest.fail(f"vllm serve was not healthy after {STARTUP_LIMIT_S} s:\n{log.read_text()[-3000:]}", pytrace=False)
 
 
 @pytest.fixture(scope="module")
@@ -60,16 +33,10 @@ def server(tmp_path_factory, embedded_dir, embedded):
     with log.open("w") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        wait_healthy(process, f"http://127.0.0.1:{port}", log)
+        wait_healthy(process, f"http://127.0.0.1:{port}", log, "vllm serve")
         yield f"http://127.0.0.1:{port}", folder, log
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_server(process)
 
 
 def test_vllm_serve_returns_the_masked_greedy_output(server, embedded):

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 ME_LAYER = 11
+STARTUP_LIMIT_S = 300  # a vLLM server on a loaded 2-core machine; ~40 s when idle
 
 
 def require_vllm() -> None:
@@ -35,3 +42,36 @@ def masked_run_folder(target: Path, embedded_dir: str, embedded, mask_rate: floa
         resolved = handle.config
     save_configs(target, [WeMask(resolved)])
     return target
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_healthy(process: subprocess.Popen, url: str, log: Path, name: str) -> None:
+    """The server `name` started as `process` answers /health at `url` (its log in the failure otherwise)."""
+    deadline = time.monotonic() + STARTUP_LIMIT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"{name} exited with {process.returncode}:\n{log.read_text()[-3000:]}", pytrace=False)
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(1)
+    pytest.fail(f"{name} was not healthy after {STARTUP_LIMIT_S} s:\n{log.read_text()[-3000:]}", pytrace=False)
+
+
+def stop_server(process: subprocess.Popen) -> None:
+    """Stop a server started in its own process group (SIGTERM, then SIGKILL after 30 s)."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

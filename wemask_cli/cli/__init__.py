@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from wemask_cli.cli import env, infer, launch, locate, merge, probe, report, train
+from wemask_cli.cli import env, infer, launch, locate, merge, probe, report, serve, train
 from wemask_cli.cli import eval as eval_command
 from wemask_cli.cli.commands import CommandGroup, Interrupted, stopped
 from wemask_cli.runtime import ranks
@@ -67,7 +67,7 @@ BUG_REPORT = (
 )
 
 
-COMMANDS = (infer, locate, probe, train, eval_command, report, merge, env)  # in `wemask --help` order (cli/commands.py)
+COMMANDS = (infer, locate, probe, train, eval_command, report, merge, serve, env)  # in `wemask --help` order (cli/commands.py)
 CommandGroup.modules = COMMANDS
 
 

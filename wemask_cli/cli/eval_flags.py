@@ -12,6 +12,7 @@ import typer
 
 from wemask_cli.cli.options import (
     BaseQuantizationOpt,
+    DataParallelOpt,
     DtypeOpt,
     EngineOpt,
     LayersOpt,
@@ -19,6 +20,7 @@ from wemask_cli.cli.options import (
     ModelOpt,
     SelectOpt,
     StrengthOpt,
+    TensorParallelOpt,
     TokensOpt,
     TrustRemoteCodeOpt,
     VllmMemoryOpt,
@@ -121,6 +123,8 @@ def eval_(
     base_quantization: BaseQuantizationOpt = "recorded",
     engine: EngineOpt = DEFAULT_ENGINE,
     vllm_memory: VllmMemoryOpt = None,
+    tensor_parallel_size: TensorParallelOpt = 1,
+    data_parallel_size: DataParallelOpt = 1,
     trust_remote_code: TrustRemoteCodeOpt = False,
     **task_values,  # the task flags (with_task_flags)
 ):
@@ -140,6 +144,7 @@ def eval_(
         model=model, mask=MaskRequest.parse(mask_rates, me_layer, select, layers, strength, tokens), output=output,
         overwrite=overwrite, dtype=dtype, base_quantization=base_quantization, quantize=quantize, fp4_block_size=fp4_block_size,
         smoothquant=smoothquant, engine=engine, vllm_memory=vllm_memory, trust_remote_code=trust_remote_code,
+        parallel=(tensor_parallel_size, data_parallel_size),
         settings=EvalSettings(
             task=task, data=data, split=split, data_config=data_config, limit=limit, batch_size=parse_batch_size(batch_size),
             max_new_tokens=max_new_tokens, seeds=seeds, temperature=temperature, top_p=top_p, prompt_template=prompt_template,

@@ -10,6 +10,7 @@ import typer
 
 from wemask_cli.cli.options import (
     BaseQuantizationOpt,
+    DataParallelOpt,
     DtypeOpt,
     EngineOpt,
     LayersOpt,
@@ -19,6 +20,7 @@ from wemask_cli.cli.options import (
     ReplaceOpt,
     SelectOpt,
     StrengthOpt,
+    TensorParallelOpt,
     TokensOpt,
     TrustRemoteCodeOpt,
     VllmMemoryOpt,
@@ -50,6 +52,8 @@ def infer(
     overwrite: ReplaceOpt = False,
     engine: EngineOpt = DEFAULT_ENGINE,
     vllm_memory: VllmMemoryOpt = None,
+    tensor_parallel_size: TensorParallelOpt = 1,
+    data_parallel_size: DataParallelOpt = 1,
     trust_remote_code: TrustRemoteCodeOpt = False,
 ):
     """`wemask infer` (its help: cli/infer.py's INFER_HELP)."""
@@ -63,7 +67,7 @@ def infer(
         model=model, mask=MaskRequest.parse(mask_rate, me_layer, select, layers, strength, tokens),
         settings=GenerationSettings(max_new_tokens, temperature, top_p, seed, batch_size, chat_template), prompts=prompt,
         input=input, output=output, overwrite=overwrite, dtype=dtype, base_quantization=base_quantization, engine=engine,
-        vllm_memory=vllm_memory, trust_remote_code=trust_remote_code,
+        vllm_memory=vllm_memory, trust_remote_code=trust_remote_code, parallel=(tensor_parallel_size, data_parallel_size),
     )
     records = run_infer_command(request)
     if not is_main_process():

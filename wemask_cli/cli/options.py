@@ -52,6 +52,15 @@ VllmMemoryOpt = Annotated[
     typer.Option(help="--engine vllm: GiB of KV cache on CPU (default: sized from the job, or VLLM_CPU_KVCACHE_SPACE), "
                  "share of the GPU on GPU (default: vLLM's 0.9)."),
 ]
+TensorParallelOpt = Annotated[
+    int,
+    typer.Option("--tensor-parallel-size",
+                 help="An engine with workers (vLLM's name): split each layer across N workers (GPUs; on CPU, processes)."),
+]
+DataParallelOpt = Annotated[
+    int,
+    typer.Option("--data-parallel-size", help="An engine with workers (vLLM's name): N engine replicas, each serving its share of requests."),
+]
 TrustRemoteCodeOpt = Annotated[
     bool,
     typer.Option("--trust-remote-code", help="Run the Python code the model ships (an auto_map in its config.json), as a run "

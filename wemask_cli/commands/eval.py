@@ -41,6 +41,7 @@ class EvalRequest:
     engine: str = DEFAULT_ENGINE  # an engine's name (wemask_cli.engines.base.ENGINES)
     vllm_memory: float | None = None  # --vllm-memory: GiB of KV cache on CPU, a share of the GPU
     trust_remote_code: bool = False
+    parallel: tuple[int, int] = (1, 1)  # --tensor-parallel-size, --data-parallel-size
 
 
 def make_task(request: EvalRequest):
@@ -175,7 +176,8 @@ def evaluate(request: EvalRequest, task, data):
     kind = engine_class(request.engine)
     with status(kind.loading()):
         engine, configs = kind.load(EngineRequest(request.model, request.dtype, request.mask, request.base_quantization,
-                                                  request.trust_remote_code, memory=request.vllm_memory))
+                                                  request.trust_remote_code, memory=request.vllm_memory,
+                                                  tensor_parallel=request.parallel[0], data_parallel=request.parallel[1]))
     prepared = task.prepare(engine.tokenizer, data, engine.context_length())
     task.plan(configs)
     trained = training_summary(engine.source)

@@ -94,6 +94,7 @@ def load_for_infer(request: InferRequest, prompts: list):
     return engine.load(EngineRequest(
         request.model, request.dtype, request.mask, request.base_quantization, request.trust_remote_code,
         memory=request.vllm_memory, sequences=min(settings.batch_size, len(prompts)), tokens=longest + settings.max_new_tokens,
+        tensor_parallel=request.parallel[0], data_parallel=request.parallel[1],
     ))
 
 
@@ -119,6 +120,7 @@ class InferRequest:
     engine: str = DEFAULT_ENGINE
     vllm_memory: float | None = None  # --vllm-memory: GiB of KV cache on CPU, a share of the GPU
     trust_remote_code: bool = False
+    parallel: tuple[int, int] = (1, 1)  # --tensor-parallel-size, --data-parallel-size
 
 
 def infer(request: InferRequest) -> list[dict]:

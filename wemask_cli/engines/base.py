@@ -27,6 +27,8 @@ FEATURES = {
     "adapters": "{source} is a LoRA adapter folder, which the {name} engine does not load: use --engine {engine}",
     "module": "{flag} runs through the {engine} model: use --engine {engine}",  # holds a transformers model (`module`)
     "rollouts": "{flag} generates a trainer's rollouts in an engine that declares them; the {name} engine does not",  # rollouts()
+    "parallel": "{flag} splits the model or the prompts across the workers of an engine that runs them; the {name} engine "
+                "runs one process: use --engine {engine}",  # EngineRequest.tensor_parallel / data_parallel
 }
 
 
@@ -43,6 +45,26 @@ class EngineRequest:
     memory: float | None = None
     sequences: int | None = None
     tokens: int | None = None
+    tensor_parallel: int = 1  # --tensor-parallel-size (an engine that declares `parallel`)
+    data_parallel: int = 1  # --data-parallel-size
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """`wemask vllm-serve`: a server for a trainer's rollouts (TRL's server mode) with the mask in every worker."""
+
+    model: str | None
+    mask: Any = None  # mask_request.MaskRequest
+    host: str = "0.0.0.0"
+    port: int = 8000
+    tensor_parallel: int = 1
+    data_parallel: int = 1
+    dtype: str = "auto"
+    max_model_len: int | None = None
+    memory: float | None = None
+    enforce_eager: bool | None = None  # None: on CPU only
+    seed: int = 0
+    trust_remote_code: bool = False
 
 
 class Engine:
@@ -96,6 +118,9 @@ class Engine:
 
         if request.mask is not None and request.mask.tokens == "massive":
             cls.require("massive")
+        for flag, size in (("--tensor-parallel-size", request.tensor_parallel), ("--data-parallel-size", request.data_parallel)):
+            if size != 1:
+                cls.require("parallel", flag=flag)
         if {"adapters", "interventions"} <= cls.supports:
             return
         source = resolve_source(request.model)
@@ -174,6 +199,10 @@ class Rollouts:
 
     def install(self, trainer, config) -> None:
         raise NotImplementedError
+
+    def serve(self, request: ServeRequest) -> None:
+        """`wemask vllm-serve`: start the server a trainer's server mode generates from (replaces this process)."""
+        raise WeMaskError("wemask vllm-serve: the installed rollout engine runs no server")
 
 
 NO_ROLLOUT_ENGINE = "--use-vllm: no installed engine generates rollouts: pip install wemask-cli[vllm]"

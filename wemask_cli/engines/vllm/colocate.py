@@ -123,7 +123,7 @@ def mask_rollouts(trainer, config: WeMaskConfig) -> WeMaskConfig | None:
     llm = colocated_llm(trainer)
     if llm is None:
         return None
-    if config.mode == "aware" and config.active:
+    if rollout_mask(config) is not None:
         installed = llm.apply_model(lambda model: install_wemask(model, config))[0].config
         if installed.dims != config.dims:
             raise VllmEngineError(f"the vLLM engine chose other dims than the trained model ({installed.dims} against {config.dims})")
@@ -132,6 +132,11 @@ def mask_rollouts(trainer, config: WeMaskConfig) -> WeMaskConfig | None:
         llm.apply_model(lambda model: install_wemask(model, None) if is_armed(model) else None)
     llm.reset_prefix_cache()
     return installed
+
+
+def rollout_mask(config: WeMaskConfig | None) -> WeMaskConfig | None:
+    """What a trainer's rollouts carry: its config when aware and active, else no mask."""
+    return config if config is not None and config.mode == "aware" and config.active else None
 
 
 def check_engine_mask(trainer, expected: dict | None) -> None:

@@ -27,11 +27,12 @@ class VllmEngine(Engine):
 
     name = "vllm"
     summary = "the same mask in vLLM; needs `pip install wemask-cli[vllm]`"
-    supports = frozenset({"rollouts"})  # TRL's --use-vllm rollouts (rollouts.py)
+    supports = frozenset({"rollouts", "parallel"})  # TRL's --use-vllm rollouts (rollouts.py); vLLM's parallelism
 
     def __init__(self, source: str, dtype: str, seed: int = 0, enforce_eager: bool | None = None,
-                 job: VllmJob | None = None):
+                 job: VllmJob | None = None, tensor_parallel: int = 1):
         from wemask_cli.engines.vllm.memory import engine_memory, memory_override, start_errors
+        from wemask_cli.engines.vllm.parallel import check_heads
         from wemask_cli.engines.vllm.support import check_cpu_attention, folder_config, require_vllm
 
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # apply_model runs our functions in-process
@@ -47,9 +48,10 @@ class VllmEngine(Engine):
         memory = engine_memory(model, dtype, job or VllmJob(), on_gpu)
         if not on_gpu:
             check_cpu_attention(model, source)
+        check_heads(model, tensor_parallel)
         with memory_override(memory), start_errors(source):
             self.llm = vllm.LLM(model=source, dtype=dtype, seed=seed, enforce_eager=enforce_eager,
-                                use_tqdm_on_load=sys.stderr.isatty(), **memory)  # its loading bar: a terminal's only
+                                tensor_parallel_size=tensor_parallel, use_tqdm_on_load=sys.stderr.isatty(), **memory)  # its loading bar: a terminal's only
         model_config = self.llm.llm_engine.model_config
         self.max_model_len, self.dtype = model_config.max_model_len, model_config.dtype
         self.versions = {"vllm": vllm.__version__}  # recorded in eval provenance
@@ -70,7 +72,7 @@ class VllmEngine(Engine):
     @classmethod
     def load(cls, request: EngineRequest) -> tuple[Engine, list]:
         job = VllmJob(request.memory, request.sequences or DEFAULT_SEQUENCES, request.tokens)
-        return load_vllm(request.model, request.dtype, request.mask, job)
+        return load_vllm(request.model, request.dtype, request.mask, job, request.tensor_parallel, request.data_parallel)
 
     def context_length(self) -> int | None:
         return self.max_model_len
@@ -83,7 +85,7 @@ class VllmEngine(Engine):
         saved = saved_wemask_for_vllm(source)
         if saved is None or not saved.active:
             return
-        held = self.llm.apply_model(current_mask)[0]
+        held = one_mask(self.llm.apply_model(current_mask))
         if not held or (saved.dims is not None and held != saved.dims):
             raise VllmEngineError(
                 f"vLLM loaded {source} without its saved WeMask (its model loader bypassed the wemask plugin): "
@@ -94,7 +96,9 @@ class VllmEngine(Engine):
         """Install `config` (None: no mask) in every worker; cached prefixes computed under another mask are dropped."""
         from wemask_cli.engines.vllm.tensor_mask import install_wemask
 
-        installed = self.llm.apply_model(lambda model: install_wemask(model, config))[0]
+        workers = self.llm.apply_model(lambda model: install_wemask(model, config))
+        one_mask([worker.config.dims or {} for worker in workers])
+        installed = workers[0]
         self.llm.reset_prefix_cache()
         self.current = installed.config if config is not None else None
         return self.current
@@ -165,19 +169,23 @@ def check_request(request, source: str) -> WeMaskConfig | None:
     return saved
 
 
-def vllm_dtype(dtype: str) -> str:
-    """wemask's --dtype for vLLM: auto means float32 on the CPU (as the transformers engine does)."""
-    import torch
+def one_mask(workers: list[dict]) -> dict:
+    """The {layer: dims} every worker holds (tensor-parallel ranks mask the same dims); a VllmEngineError otherwise."""
+    from wemask_cli.engines.vllm.tensor_mask import VllmEngineError
 
-    if dtype == "auto":
-        return "auto" if torch.cuda.is_available() else "float32"
-    return dtype
+    if any(held != workers[0] for held in workers[1:]):
+        raise VllmEngineError(f"vLLM's workers hold different masks ({workers!r:.300}): use --tensor-parallel-size 1 and report this")
+    return workers[0]
 
 
-def load_vllm(spec: str | None, dtype: str, request, job: VllmJob | None = None) -> tuple[VllmEngine, list]:
+def load_vllm(spec: str | None, dtype: str, request, job: VllmJob | None = None, tensor_parallel: int = 1,
+              data_parallel: int = 1) -> tuple[VllmEngine, list]:
     """(the started VllmEngine, the mask configs to run). `--me-layer auto` locates the ME layer, and `--select
     direction` estimates the massive direction, with the transformers model first (freed before vLLM starts)."""
-    from wemask_cli.engines.vllm.support import require_vllm
+    import torch
+
+    from wemask_cli.engines.vllm.parallel import check_parallel
+    from wemask_cli.engines.vllm.support import require_vllm, vllm_dtype
     from wemask_cli.engines.vllm.tensor_mask import check_config
     from wemask_cli.models.loading import LoadedModel, load_model, load_tokenizer, resolve_dtype, saved_run
     from wemask_cli.models.sources import resolve_source
@@ -185,6 +193,7 @@ def load_vllm(spec: str | None, dtype: str, request, job: VllmJob | None = None)
     from wemask_cli.runtime.tested import warn_untested_versions
 
     require_vllm()  # before the embedded model is converted or anything is read
+    check_parallel(tensor_parallel, data_parallel, torch.cuda.is_available(), in_process=True)
     resolve_dtype(dtype)  # the same one-line error for a bad --dtype
     source = resolve_source(spec)
     check_request(request, source)
@@ -200,7 +209,7 @@ def load_vllm(spec: str | None, dtype: str, request, job: VllmJob | None = None)
     tokenizer = plain.tokenizer or load_tokenizer(source)
     plain = None
     free_locate_model()
-    engine = VllmEngine(source, vllm_dtype(dtype), job=job)
+    engine = VllmEngine(source, vllm_dtype(dtype), job=job, tensor_parallel=tensor_parallel)
     engine.tokenizer, engine.saved = tokenizer, saved_run(source)  # wemask encodes; vLLM gets token ids
     return engine, configs
 

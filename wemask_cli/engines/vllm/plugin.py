@@ -4,7 +4,8 @@ mask like the run.
 vLLM calls `register()` in each of its processes (engine, workers, `vllm serve`, `trl vllm-serve`) without a `try`,
 so `register()` never raises, and it changes nothing unless this process needs WeMask: wemask itself starts the
 engine (WEMASK_VLLM_ARM=1, inherited by vLLM's own processes), the command line names a folder that carries
-wemask files (`vllm serve RUN_FOLDER`), or WEMASK_VLLM_PLUGIN=1. WEMASK_VLLM_PLUGIN=0 turns it off.
+wemask files (`vllm serve RUN_FOLDER`), or WEMASK_VLLM_PLUGIN=1. A `wemask vllm-serve` server names its mask in
+WEMASK_VLLM_MASK (server.py), which wins over the folder's. WEMASK_VLLM_PLUGIN=0 turns it off.
 
 Active, it wraps the `load_model` of every vLLM model loader (compat.vllm.wrap_model_loaders: the base class and
 the loaders that override it). Before the weights load, the wrapper reads the WeMask saved in the model folder and
@@ -28,6 +29,7 @@ from pathlib import Path
 
 ARM_VARIABLE = "WEMASK_VLLM_ARM"
 PLUGIN_VARIABLE = "WEMASK_VLLM_PLUGIN"  # "0": never active in this process; "1": always
+MASK_VARIABLE = "WEMASK_VLLM_MASK"  # `wemask vllm-serve`'s mask, a WeMaskConfig as JSON (server.py)
 WEMASK_FILES = ("interventions.json", "wemask_config.json")
 logger = logging.getLogger("wemask.vllm")
 _loading = threading.local()  # inside a wrapped load_model (a loader calling its base class's: wrap once)
@@ -90,7 +92,8 @@ def load_masked(original, loader, vllm_config, model_config, *args, **kwargs):
     from wemask_cli.engines.vllm.tensor_mask import SUPPORTED_ARCHITECTURES, VllmEngineError, arm, compiles, install_wemask, unsupported_architecture
     from wemask_cli.models.weights import require_finite_folder
 
-    config = saved_wemask_for_vllm(model_config.model)  # a VllmEngineError (one line) before any weight loads
+    served = mask_from_environment()  # `wemask vllm-serve`'s mask, which its own checks resolved
+    config = served if served is not None else saved_wemask_for_vllm(model_config.model)  # one line before weights load
     saved = config is not None and config.active
     started_by_wemask = os.environ.get(ARM_VARIABLE) == "1"  # which checked the weights already
     if saved and not started_by_wemask:
@@ -111,6 +114,16 @@ def load_masked(original, loader, vllm_config, model_config, *args, **kwargs):
         install_wemask(model, config)
     announce(config if saved else None, compiled)
     return model
+
+
+def mask_from_environment():
+    """The mask a `wemask vllm-serve` server was started with (MASK_VARIABLE; inactive for none), None outside one."""
+    import json
+
+    from wemask_cli.method.config import WeMaskConfig
+
+    text = os.environ.get(MASK_VARIABLE)
+    return WeMaskConfig.from_dict(json.loads(text)) if text else None
 
 
 def announce(config, armed: bool) -> None:

@@ -12,8 +12,8 @@ from wemask_cli.method.config import WeMaskConfig
 from wemask_cli.runtime.errors import WeMaskError
 
 VLLM_SERVER_ON_CPU = (
-    "--vllm-mode server needs GPUs: TRL syncs the trained weights to the vLLM server over NCCL; on CPU use "
-    "--vllm-mode colocate (the default) or drop --use-vllm"
+    "--vllm-mode server needs GPUs: TRL syncs the trained weights to the vLLM server over NCCL (a CUDA device on "
+    "the trainer's side); on CPU use --vllm-mode colocate (the default) or drop --use-vllm"
 )
 VLLM_QUANTIZED = (
     "--use-vllm with --load-in-{bits}bit: TRL's vLLM engine cannot take the bitsandbytes-quantized weights it would "
@@ -41,8 +41,12 @@ class VllmRollouts(Rollouts):
         from wemask_cli.engines.vllm.support import check_folder_architecture, require_vllm
 
         args = resolved.args
-        if args.vllm_mode == "server" and (args.use_cpu or not torch.cuda.is_available()):
-            raise WeMaskError(VLLM_SERVER_ON_CPU)
+        if args.vllm_mode == "server":
+            from wemask_cli.engines.vllm.server import server_url, wait_for_server
+
+            if args.use_cpu or not torch.cuda.is_available():
+                raise WeMaskError(VLLM_SERVER_ON_CPU)
+            wait_for_server(server_url(args), args.vllm_server_timeout)
         if resolved.remedies:
             kinds = ", ".join(remedy.describe() for remedy in resolved.remedies)
             raise WeMaskError(f"--use-vllm: {kinds} add modules that vLLM's model classes do not have: drop --use-vllm or the remedies")
@@ -76,8 +80,21 @@ class VllmRollouts(Rollouts):
             yield
 
     def install(self, trainer, config) -> None:
-        """The policy's mask on the engine TRL built, checked at every step."""
-        from wemask_cli.engines.vllm.colocate import engine_mask_check, mask_rollouts
+        """The policy's mask on the engine TRL built (colocate), or in every worker of the server (server mode:
+        the config with its recorded dims, over /collective_rpc), checked at every step."""
+        from wemask_cli.engines.vllm.colocate import engine_mask_check, mask_rollouts, rollout_mask
 
+        if trainer.args.vllm_mode == "server":
+            from wemask_cli.engines.vllm.server import server_mask_check, server_url
+
+            url = server_url(trainer.args)
+            trainer.add_callback(server_mask_check(url, rollout_mask(config)))
+            return
         installed = mask_rollouts(trainer, config)  # reads TRL's settings through checked names (compat.vllm)
         trainer.add_callback(engine_mask_check(trainer, installed.dims if installed else None))
+
+    def serve(self, request) -> None:
+        from wemask_cli.engines.vllm.server import serve
+
+        serve(request)
+

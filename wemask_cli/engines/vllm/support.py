@@ -142,3 +142,12 @@ def install_from_folder(model, folder: str | Path) -> InstalledMask | None:
     if config is None or not config.active:
         return None
     return install_wemask(model, config)
+
+
+def vllm_dtype(dtype: str) -> str:
+    """wemask's --dtype for vLLM: auto means float32 on the CPU (as the transformers engine does)."""
+    import torch
+
+    if dtype == "auto":
+        return "auto" if torch.cuda.is_available() else "float32"
+    return dtype
