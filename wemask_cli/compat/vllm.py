@@ -295,4 +295,7 @@ def internals() -> list[str]:
     return checked
 
 
-__all__ = ["CompatError", "VERIFIED", "VLLM_CLASSES", "VllmLayout", "check_model", "colocated_llm", "compile_state", "cpu_attention_head_sizes", "cpu_linear_dispatch", "decoder_layers", "internals", "layer_modules", "restore_class", "silence_trl_version_warning", "swap_class", "trl_engine_defaults", "trl_server_command", "worker_model", "wrap_model_loaders"]  # fmt: skip
+__all__ = ["CompatError", "VERIFIED", "VLLM_CLASSES", "VllmLayout", "check_model", "colocated_llm", "compile_state",
+           "cpu_attention_head_sizes", "cpu_linear_dispatch", "decoder_layers", "internals", "layer_modules",
+           "restore_class", "silence_trl_version_warning", "swap_class", "trl_engine_defaults",
+           "trl_server_command", "worker_model", "wrap_model_loaders"]  # fmt: skip
