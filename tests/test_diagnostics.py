@@ -89,7 +89,8 @@ def test_other_stages_log_the_probe(tmp_path, tiny_model_dir, stage):
     result = train(tmp_path, stage, tiny_model_dir, log_diagnostics=True)
     check_logged_every_step(result)
     rows = [entry[KEYS[1]] for entry in diagnostics_logs(result)]
-    assert len(set(rows)) > 1, rows  # the weights moved, the sink mass with them
+    if stage != "grpo":  # the tiny GRPO run's rewards are equal within a group: nothing to learn, the weights stay
+        assert len(set(rows)) > 1, rows  # the weights moved, the sink mass with them
 
 
 def test_off_by_default_no_keys_no_probe(tmp_path, tiny_model_dir):
@@ -157,7 +158,7 @@ def test_report_draws_a_curve_per_run_per_diagnostic(monkeypatch, capsys, tmp_pa
         assert drawn == expected
     assert "sft: diagnostics/sink_mass" in panels  # the last values, by mask rate
     labels = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
-    assert "plain (no mask)" in labels and "aware (aware r=0.5)" in labels  # a legend entry per run
+    assert "plain/sft (no mask)" in labels and "aware/sft (aware r=0.5)" in labels  # a legend entry per run
     plot = tmp_path / "report.png"
     code, out, err = run_main(monkeypatch, capsys, "report", *map(str, runs.values()), "--plot", str(plot))
     assert code == 0 and plot.stat().st_size > 0, err
