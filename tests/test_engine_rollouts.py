@@ -66,6 +66,11 @@ def test_the_rollout_engine_is_the_one_that_declares_rollouts():
     assert str(refused.value) == "--use-vllm generates a trainer's rollouts in an engine that declares them; the toy engine does not"
 
 
-def test_grpo_asks_for_rollouts_by_feature_only():
-    source = (PACKAGE / "train" / "grpo.py").read_text()
-    assert "rollout_engine()" in source and "vllm." not in source.replace("--use-vllm", "")
+def test_grpo_and_rloo_ask_for_rollouts_by_feature_only():
+    """The stages that generate (train/rollout_stage.py, shared by grpo.py and rloo.py) find rollouts by feature."""
+    shared = (PACKAGE / "train" / "rollout_stage.py").read_text()
+    assert "rollout_engine()" in shared
+    for name in ("rollout_stage", "grpo", "rloo"):
+        source = (PACKAGE / "train" / f"{name}.py").read_text()
+        assert "vllm." not in source.replace("--use-vllm", ""), name
+    assert all("RolloutStage" in (PACKAGE / "train" / f"{name}.py").read_text() for name in ("grpo", "rloo"))

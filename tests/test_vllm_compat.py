@@ -56,7 +56,13 @@ def meta_models(tmp_path_factory):
     from vllm.distributed.parallel_state import model_parallel_is_initialized
     from vllm.model_executor.models.registry import ModelRegistry
 
+    from vllm.distributed import parallel_state
+
     ours = not model_parallel_is_initialized()
+    lent_ep = not ours and parallel_state._EP is None  # a dense engine earlier in this process made no expert group
+    if lent_ep:  # the MoE classes ask for one: a single-rank group for this module
+        parallel_state._EP = parallel_state.init_model_parallel_group(
+            [[0]], parallel_state.get_world_group().local_rank, torch.distributed.get_backend(), group_name="ep")
     if ours:
         init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                      distributed_init_method=f"file://{tmp_path_factory.mktemp('dist')}/init")
@@ -71,6 +77,9 @@ def meta_models(tmp_path_factory):
         with set_current_vllm_config(config), torch.device("meta"):
             models[cls.__name__] = cls(vllm_config=config)
     yield models
+    if lent_ep:
+        parallel_state._EP.destroy()
+        parallel_state._EP = None
     if ours:  # the engines the later tests start set up their own
         from vllm.distributed import destroy_distributed_environment, destroy_model_parallel
 
