@@ -226,12 +226,27 @@ def test_free_mode_is_plain_grpo_with_the_mask_recorded(tmp_path, tiny_model_dir
 # r = 0 is plain TRL GRPO
 
 
-def test_r0_equals_plain_trl_grpo(tmp_path, tiny_model_dir, prompts_file, length_reward):
+def plain_trl_run(trainer_class, config_class, output_dir, model_dir, prompts_file, reward_file):
+    """TRL's own trainer (GRPO or RLOO) on the same model, prompts and reward, with TRL's settings, trained."""
     from datasets import load_dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
 
     from wemask_cli.rewards import load_reward
+
+    trainer = trainer_class(
+        model=AutoModelForCausalLM.from_pretrained(model_dir),
+        reward_funcs=[load_reward(reward_file)],
+        args=config_class(output_dir=str(output_dir), use_cpu=True, bf16=False, gradient_checkpointing=False, **TRL),
+        train_dataset=load_dataset("json", data_files=prompts_file, split="train"),
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+    )
+    trainer.train()
+    return trainer
+
+
+def test_r0_equals_plain_trl_grpo(tmp_path, tiny_model_dir, prompts_file, length_reward):
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
 
     ours = run(
         grpo.GRPOStage(),
@@ -239,14 +254,7 @@ def test_r0_equals_plain_trl_grpo(tmp_path, tiny_model_dir, prompts_file, length
                      me_layer=str(ME), stage_options={"reward": [length_reward]}),
         flags(),
     )
-    plain = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-        reward_funcs=[load_reward(length_reward)],
-        args=GRPOConfig(output_dir=str(tmp_path / "plain"), use_cpu=True, bf16=False, gradient_checkpointing=False, **TRL),
-        train_dataset=load_dataset("json", data_files=prompts_file, split="train"),
-        processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
-    )
-    plain.train()
+    plain = plain_trl_run(GRPOTrainer, GRPOConfig, tmp_path / "plain", tiny_model_dir, prompts_file, length_reward)
 
     def logged(trainer):
         keys = ("reward", "reward_std", "completions/mean_length", "entropy", "grad_norm")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import run_main
-from test_grpo import ME, TRL, Capturing, flags, write_length_reward, write_prompts
+from test_grpo import ME, Capturing, flags, plain_trl_run, write_length_reward, write_prompts
 
 from wemask_cli.method.config import WeMaskConfig
 from wemask_cli.method.wemask_hook import masked_layers
@@ -81,21 +81,11 @@ def test_free_mode_is_plain_rloo_with_the_mask_recorded(tmp_path, tiny_model_dir
 
 
 def test_r0_equals_plain_trl_rloo(tmp_path, tiny_model_dir, prompts_file, length_reward):
-    from datasets import load_dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from trl import RLOOConfig, RLOOTrainer
 
-    from wemask_cli.rewards import load_reward
-
     ours = train(tmp_path, "r0", tiny_model_dir, prompts_file, length_reward, mask_rate="0")
-    plain = RLOOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-        reward_funcs=[load_reward(length_reward)],
-        args=RLOOConfig(output_dir=str(tmp_path / "plain"), use_cpu=True, bf16=False, gradient_checkpointing=False, **TRL),
-        train_dataset=load_dataset("json", data_files=prompts_file, split="train"),
-        processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
-    )
-    plain.train()
+    plain = plain_trl_run(RLOOTrainer, RLOOConfig, tmp_path / "plain", tiny_model_dir, prompts_file, length_reward)
 
     def logged(trainer):
         keys = ("loss", "reward", "reward_std", "kl", "completions/mean_length", "entropy", "grad_norm")

@@ -52,11 +52,9 @@ def meta_models(tmp_path_factory):
     from conftest import make_tiny_model
     from test_vllm_families import FAMILY_EXTRA, VLLM_FAMILIES, VLLM_SHAPE
     from vllm.config import ModelConfig, VllmConfig, set_current_vllm_config
-    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel, parallel_state
     from vllm.distributed.parallel_state import model_parallel_is_initialized
     from vllm.model_executor.models.registry import ModelRegistry
-
-    from vllm.distributed import parallel_state
 
     ours = not model_parallel_is_initialized()
     lent_ep = not ours and parallel_state._EP is None  # a dense engine earlier in this process made no expert group
