@@ -66,6 +66,9 @@ def meta_models(tmp_path_factory):
                                      distributed_init_method=f"file://{tmp_path_factory.mktemp('dist')}/init")
         with set_current_vllm_config(VllmConfig()):
             initialize_model_parallel(1, 1)
+    from vllm.model_executor.layers import rotary_embedding
+
+    ropes = dict(rotary_embedding._ROPE_DICT)  # vLLM caches each RoPE it builds: these ones hold meta tensors
     models = {}
     for family, architecture in VLLM_FAMILIES.items():
         folder = tmp_path_factory.mktemp(family)
@@ -75,6 +78,8 @@ def meta_models(tmp_path_factory):
         with set_current_vllm_config(config), torch.device("meta"):
             models[cls.__name__] = cls(vllm_config=config)
     yield models
+    rotary_embedding._ROPE_DICT.clear()  # so the engines later in this process build real ones
+    rotary_embedding._ROPE_DICT.update(ropes)
     if lent_ep:
         parallel_state._EP.destroy()
         parallel_state._EP = None
