@@ -74,16 +74,18 @@ SLOW_CASES := test_launch_flags.py::test_launch_flags_run_what_accelerate_launch
 	test_quiet_logs.py::test_deepspeeds_start_up_line_only_with_verbose
 FAST := -m "not embedded and not vllm and not docs" $(foreach t,$(SLOW_TESTS),--ignore tests/$(t).py) \
 	$(foreach t,$(SLOW_CASES),--deselect tests/$(t))
+JOBS ?= 2  # pytest-xdist processes for the "current" environment's tests, each test file on one of them
+XDIST := -n $(JOBS) --dist loadfile
 ONCE := --deselect tests/test_bench_smoke.py::test_bench_smoke  # the benchmarks without vLLM: smoke-run in "current" only
 
 test: install
 	$(LINT)
-	$(call timed,current,$(BIN)/python -m pytest -q -m "not vllm")  # everything but the vLLM tests
+	$(call timed,current,$(BIN)/python -m pytest -q $(XDIST) -m "not vllm")  # everything but the vLLM tests
 	$(call timed,vllm,$(VLLM_BIN)/python -m pytest -q -m "vllm or (embedded and not docs)" $(ONCE))  # the vLLM and embedded-model tests
 
 test-fast: $(STAMP)
 	$(LINT)
-	$(call timed,fast,$(BIN)/python -m pytest -q $(FAST))
+	$(call timed,fast,$(BIN)/python -m pytest -q $(XDIST) $(FAST))
 
 # Record both environments' versions (after `make install` picked up new releases), for `wemask env` and the README.
 environments: install

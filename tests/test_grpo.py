@@ -471,7 +471,7 @@ def test_an_all_nan_reward_stops_the_run_with_one_line(monkeypatch, capsys, tmp_
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "Traceback" not in err
     assert err.strip().splitlines()[-1].endswith(
-        f"reward '{rewards}:nan' returned no number for any of the 4 completions (all NaN or None), so GRPO has nothing "
+        f"reward '{rewards}:nan' returned no number for any of the 4 completions (all NaN or None), so the trainer has nothing "
         "to learn from: check what it computes"
     )
 

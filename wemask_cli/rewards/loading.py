@@ -157,7 +157,7 @@ def checked_reward(func: Callable, target: str, *, alone: bool) -> Callable:
     """`func` as TRL calls it, with its answers checked: one number (or None: not applicable) per completion.
 
     A wrong count, a string, None instead of a list, or an infinity is one line; no finite value at all is one
-    line when it is the only reward (GRPO would learn nothing), a warning otherwise. An exception raised inside
+    line when it is the only reward (the trainer would learn nothing), a warning otherwise. An exception raised inside
     the user's function keeps its traceback, preceded by a line saying whose code raised it."""
     from functools import wraps
 
@@ -169,7 +169,7 @@ def checked_reward(func: Callable, target: str, *, alone: bool) -> Callable:
         values = _check_values(values, target, len(completions) if completions is not None else None)
         if all(v is None or math.isnan(v) for v in values):
             message = (f"reward '{target}' returned no number for any of the {len(values)} completions (all NaN or "
-                       "None), so GRPO has nothing to learn from")
+                       "None), so the trainer has nothing to learn from")
             if alone:
                 raise WeMaskError(message + ": check what it computes")
             if not warned:
