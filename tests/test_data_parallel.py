@@ -1,6 +1,7 @@
-"""`wemask eval` and `wemask infer` in 2 gloo processes write what one process writes: every number of metrics.json,
-results.csv and examples.jsonl (the same rows in the same order), every completion token for token; only the
-recorded process count and the run's times differ. Each process scores its share of the batches."""
+"""`wemask eval`, `wemask infer` and `wemask locate` in 2 gloo processes write what one process writes: every number
+of metrics.json, results.csv and examples.jsonl (the same rows in the same order), every completion token for token,
+every number of locate's report and table; only the recorded process count and the run's times differ. Each process
+scores (measures) its share of the batches."""
 
 from __future__ import annotations
 
@@ -88,3 +89,47 @@ def test_embedded_perplexity_in_two_processes(tmp_path, embedded_dir):
     document = same_eval(tmp_path, "--model", embedded_dir, "--task", "perplexity", "--limit", "6", "--window", "64",
                          "--stride", "32", "--batch-size", "2", "--mask-rates", "0,0.3")  # fmt: skip
     assert document["results"][0]["metric"] == "perplexity" and document["results"][0]["n"] == 6
+
+
+TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
+
+
+def same_locate(tmp_path: Path, *args: str, launch: tuple[str, ...] = LAUNCH, launcher: tuple[str, ...] = ()) -> dict:
+    """`wemask locate` in one process and in two: the same report (but settings.processes), the same table and verdict
+    on stdout, --json and --plot written once. Returns the 2-process report."""
+    alone = wemask(tmp_path, "locate", *args, "--json", "one.json", "--plot", "one.png")
+    two = wemask(tmp_path, "locate", *args, "--json", "two.json", "--plot", "two.png", *launch, launcher=launcher)
+    one, report = (json.loads((tmp_path / f"{name}.json").read_text()) for name in ("one", "two"))
+    assert "processes" not in one["settings"] and report["settings"].pop("processes") == 2
+    assert one == report
+    assert alone.stdout == two.stdout and report["verdict"] in " ".join(two.stdout.split())
+    assert two.stderr.count("Wrote two.json") == two.stderr.count("Wrote two.png") == 1
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix in (".json", ".png")) == ["one.json", "one.png", "two.json", "two.png"]
+    return report
+
+
+def test_locate_under_torchrun_writes_the_single_process_report(tmp_path, tiny_model_dir):
+    """5 prompts in batches of 2: rank 0 measures batches 0 and 2, rank 1 batch 1; every number is one process's."""
+    report = same_locate(tmp_path, "--model", tiny_model_dir, "--num-prompts", "5", "--batch-size", "2", launch=(),
+                         launcher=TORCHRUN)
+    assert len(report["prompts"]) == 5 and len(report["layers"]) == report["num_layers"] == 4
+
+
+def test_locate_with_the_launch_flags_and_its_bad_input(tmp_path, tiny_model_dir):
+    """--num_processes 2 from the command line; bad input under the launcher is one line, no traceback, no file."""
+    same_locate(tmp_path, "--model", tiny_model_dir, "--num-prompts", "3", "--batch-size", "1")
+    for bad, line in ((("--num-prompts", "0"), "--num-prompts 0 is not valid"),
+                      (("--json", "one.json"), "one.json")):  # fmt: skip
+        done = subprocess.run([sys.executable, "-m", "wemask_cli", "locate", "--model", tiny_model_dir, "--plot", "bad.png",
+                               *bad, *LAUNCH], capture_output=True, text=True, env=ENV, timeout=600, cwd=tmp_path)  # fmt: skip
+        errors = [row for row in done.stderr.splitlines() if row.startswith("wemask: error:")]
+        assert done.returncode != 0 and len(errors) == 1 and line in errors[0], done.stderr[-3000:]
+        assert "Traceback" not in done.stderr and not (tmp_path / "bad.png").exists()
+
+
+@pytest.mark.embedded
+def test_embedded_locate_in_two_processes(tmp_path, embedded_dir):
+    """The ME layer, its jump, the residual sinks, the massive tokens and a --mask-rate run: one process's digits."""
+    report = same_locate(tmp_path, "--model", embedded_dir, "--num-prompts", "3", "--batch-size", "1", "--max-length", "48",
+                         "--mask-rate", "0.3", launch=(), launcher=TORCHRUN)  # fmt: skip
+    assert report["me_layer"] is not None and report["mask_rates"] and report["massive_tokens"]["prompts"]

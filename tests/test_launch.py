@@ -1,5 +1,5 @@
-"""Under a launcher (2 torchrun processes): eval, infer and locate run on rank 0 only while the other rank waits, so
-each output is written once and no second folder appears; errors are printed once; --fsdp on the command line shards."""
+"""Under a launcher (2 torchrun processes): eval, infer and locate share the work and write from rank 0 only, so each
+output is written once and no second folder appears; errors are printed once; --fsdp on the command line shards."""
 
 from __future__ import annotations
 

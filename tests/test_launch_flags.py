@@ -99,13 +99,13 @@ def test_a_mistyped_flag_is_still_no_such_option(monkeypatch, capsys, tmp_path):
     assert "No such option: --num_proceses" in line
 
 
-@pytest.mark.parametrize("command", [["locate"], ["report", "runs"], ["merge", "run", "-o", "out"]], ids=lambda c: c[0])
+@pytest.mark.parametrize("command", [["report", "runs"], ["merge", "run", "-o", "out"]], ids=lambda c: c[0])
 def test_a_launch_flag_on_a_one_process_command_is_one_line(command, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     done = wemask_without_torch(*command, "--num_processes", "2")
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "--num_processes is a launch flag of the training commands (wemask sft, dpo, grpo, kto, rloo) and of wemask eval, " \
-           f"wemask infer; wemask {command[0]} runs in one process" in done.stderr
+           f"wemask infer, wemask locate; wemask {command[0]} runs in one process" in done.stderr
     assert list(tmp_path.iterdir()) == []  # no folder left
 
 

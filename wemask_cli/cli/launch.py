@@ -1,6 +1,6 @@
 """The launch flags (runtime/launch.py) in their `--help` section: the training commands', and `launchable` for the
-data-parallel ones (eval, infer); the line for a launch flag given to a command that runs in one process (locate,
-report, merge, env). Torch-free."""
+data-parallel ones (eval, infer, locate); the line for a launch flag given to a command that runs in one process
+(report, merge, env). Torch-free."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def launch_options() -> dict:
     return options
 
 
-DATA_PARALLEL = ("eval", "infer")  # the commands `launchable` gives the launch flags to
+DATA_PARALLEL = ("eval", "infer", "locate")  # the commands `launchable` gives the launch flags to
 
 
 def launchable(command):

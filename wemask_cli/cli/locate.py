@@ -21,7 +21,7 @@ from wemask_cli.cli.options import (
     TextFieldOpt,
     TrustRemoteCodeOpt,
 )
-from wemask_cli.runtime.ranks import main_only
+from wemask_cli.runtime.ranks import is_main_process
 
 
 def locate(
@@ -60,6 +60,8 @@ def locate(
         plot=plot, dtype=dtype, base_quantization=base_quantization, overwrite=overwrite, trust_remote_code=trust_remote_code,
     )
     report, written = run_locate_command(request, plot=locate_plot)
+    if not is_main_process():
+        return  # under a launcher the main process speaks for all
     console.print(locate_table(report, console.width))
     if report.get("routing"):
         console.print(routing_table(report))
@@ -73,4 +75,6 @@ def locate(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(main_only(locate))  # under a launcher: rank 0 works, the others wait
+    from wemask_cli.cli.launch import launchable
+
+    app.command()(launchable(locate))  # under a launcher: every process measures its share of the batches

@@ -9,7 +9,11 @@ me_layer_metrics (that layer's record), earlier_rises, metric_peaks, residual_si
 prompts (one record per prompt: index, preview, tokens, first_token_is_bos, degenerate, me_layer), layers (one
 record per layer), diversity (per layer: method/diversity.py's measures averaged over the prompts), mask_rates (one
 record per --mask-rate, its diversity included), massive_tokens (see method/massive_tokens.py; null without an ME
-layer), interventions (the saved ones re-installed on load).
+layer), interventions (the saved ones re-installed on load); under a launcher, settings.processes.
+
+Under a launcher every process measures its share of the batches (batch k on rank k % N, runtime/ranks.py) and the
+shares are joined on every process (method/shares.py: the sums added in batch order), so each builds the report one
+process builds, to the last bit; commands/locate.py writes it from the main process.
 """
 
 from __future__ import annotations
@@ -23,15 +27,22 @@ from wemask_cli.method import massive_tokens as massive
 from wemask_cli.method.arch import model_type, resolve_layers
 from wemask_cli.method.diversity import diversity_layers
 from wemask_cli.method.masked import masked_run
+from wemask_cli.method.shares import Shares
 from wemask_cli.models.bos import starts_with_bos
 from wemask_cli.models.loading import LoadedModel
 from wemask_cli.prompts.rendering import encode
+from wemask_cli.runtime import ranks
 
 PEAKS = {  # metric -> (its ME-layer signature is a maximum, not a minimum; name in the verdict)
     "first_over_other": (True, "first/other norm ratio"), "norm_magnification": (True, "pre-FFN norm magnification"),
     "delta_frac": (True, "ΔFrac"), "delta_kl": (False, "ΔKL (minimum)"), "delta_c_up": (True, "ΔC up"),
     "delta_c_gate": (True, "ΔC gate"), "delta_c_down": (True, "ΔC down"), "ffn_magnification": (True, "FFN magnification"),
 }  # fmt: skip
+
+
+def shares() -> Shares | None:
+    """Under a launcher, this process's batches and the gather that joins them with the others'; None alone."""
+    return Shares(ranks.runs_batch, ranks.gather) if ranks.group_ready() else None
 
 
 def preview(prompt: str | list[dict], width: int = 60) -> str:
@@ -96,9 +107,11 @@ def run_locate(
     are the command's to check (commands/locate.py), before the model loads."""
     parts = resolve_layers(loaded.model)
     ids = encode(loaded.tokenizer, prompts, max_length)
-    collect = dict(batch_size=batch_size, pad_id=loaded.tokenizer.pad_token_id or 0, progress=progress)
-    with massive.recording(loaded.model, ids) as norms:
+    split = shares()
+    collect = dict(batch_size=batch_size, pad_id=loaded.tokenizer.pad_token_id or 0, progress=progress, shares=split)
+    with massive.recording(loaded.model, ids, split and split.runs) as norms:
         result = method.locate(loaded.model, ids, **collect)
+    norms = split.join(norms) if split else norms
     detection, layers = result.detection, result.layers
     me = detection.me_layer
     report = {
@@ -121,11 +134,11 @@ def run_locate(
         "settings": {
             "max_length": max_length, "batch_size": batch_size, "jump": method.JUMP, "persist": method.PERSIST,
             "ffn_share": method.FFN_SHARE, "frac_share": method.FRAC_SHARE, "sink_rms": method.SINK_RMS,
-            "sink_share": method.SINK_SHARE,
+            "sink_share": method.SINK_SHARE, **({"processes": ranks.world_size()} if split else {}),
         },  # fmt: skip
         "prompts": prompt_records(loaded.tokenizer, prompts, ids, result),
         "layers": layers,
-        "diversity": diversity_layers(loaded.model, ids, batch_size, collect["pad_id"]),
+        "diversity": diversity_layers(loaded.model, ids, batch_size, collect["pad_id"], split),
         "mask_rates": [],
         "massive_tokens": None if me is None else massive.massive_tokens(norms, ids, loaded.tokenizer, me),
         "interventions": loaded.installed.describe() if getattr(loaded, "installed", None) else [],

@@ -25,6 +25,8 @@ Choices made here:
   attention over heads and the queries after the first token, per prompt (where the sink lands).
 - Residual sinks: per-dim counts of non-first tokens with |h_i| >= SINK_RMS x RMS(h) of the residual stream
   entering the pre-FFN norm (summarised in locate.residual_sinks).
+- Some batches only (`shares`, shares.py): the running sums are kept per batch (`BatchSums`) and
+  `PromptStats.merge` adds them in batch order, so the joined statistics equal one run's bit for bit.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from wemask_cli.method.metrics import (
     sink_position,
 )
 from wemask_cli.method.moe import chosen_outputs, experts_call
+from wemask_cli.method.shares import Shares
 
 FRAC_SHARE = 0.01
 
@@ -64,6 +67,27 @@ PER_PROMPT = (
     "attn_share", "routed_share", "shared_share", "sink_position",
 )  # fmt: skip
 ACTIVATIONS = ("act_fn", "activation_fn")  # the FFN's act() module: Llama, Qwen, Mistral, Gemma; Phi-3
+
+
+@dataclass
+class BatchSums:
+    """One batch's share of PromptStats' running sums (its prompts: `rows`)."""
+
+    rows: list[int]
+    unit_sum: torch.Tensor
+    sink_count: torch.Tensor
+    sink_scale: torch.Tensor
+    other_tokens: int = 0
+
+    @classmethod
+    def empty(cls, rows: list[int], layers: int, d: int) -> BatchSums:
+        return cls(list(rows), *(torch.zeros(layers, d, dtype=torch.float64) for _ in range(3)))
+
+    def add_to(self, stats: PromptStats) -> None:
+        stats.unit_sum += self.unit_sum
+        stats.sink_count += self.sink_count
+        stats.sink_scale += self.sink_scale
+        stats.other_tokens += self.other_tokens
 
 
 @dataclass
@@ -79,6 +103,7 @@ class PromptStats:
     sink_scale: torch.Tensor  # (L, d) sum over non-first tokens of |h_i| / RMS(h)
     other_tokens: int = 0
     first_experts: dict[int, torch.Tensor] = field(default_factory=dict)  # MoE layer -> (N, k) first token's experts
+    per_batch: dict[int, BatchSums] | None = None  # some batches only (Shares): batch k's sums, not yet added
 
     @classmethod
     def empty(cls, prompts: int, layers: int, d: int) -> PromptStats:
@@ -92,6 +117,24 @@ class PromptStats:
             sink_scale=torch.zeros(layers, d, dtype=torch.float64),
         )
 
+    @classmethod
+    def merge(cls, parts: list[PromptStats]) -> PromptStats:
+        """The statistics of all the prompts from parts that measured some batches each: every prompt's values from
+        the part that measured it, the sums added batch by batch in batch order (as one run adds them)."""
+        batches = {k: (part, sums) for part in parts for k, sums in part.per_batch.items()}
+        merged = cls.empty(*parts[0].values["first_norm"].shape, parts[0].unit_sum.shape[1])
+        merged.lengths, merged.degenerate = parts[0].lengths, parts[0].degenerate
+        for k in sorted(batches):
+            part, sums = batches[k]
+            rows = torch.tensor(sums.rows, dtype=torch.long)
+            for name, values in part.values.items():
+                merged.values[name][rows] = values[rows]
+            merged.input_first_norm[rows] = part.input_first_norm[rows]
+            for layer, experts in part.first_experts.items():
+                merged.first_experts.setdefault(layer, torch.full_like(experts, -1))[rows] = experts[rows]
+            sums.add_to(merged)
+        return merged
+
 
 class Recorder:
     """Forward hooks on every layer that reduce one batch at a time into a PromptStats."""
@@ -104,6 +147,7 @@ class Recorder:
         self.frac_dims = [None if w is None else torch.topk(w.abs(), k).indices for w in self.ffn_w]
         self.rows: torch.Tensor | None = None
         self.tokens: Tokens | None = None
+        self.sums: PromptStats | BatchSums = stats  # where this batch's running sums go
         self.normed: dict[int, torch.Tensor] = {}  # within one forward: ||ĥ_t|| per layer
         self.branch: dict[int, torch.Tensor] = {}  # within one forward: ||branch_t|| per layer
         self.branches: dict[tuple[int, str], torch.Tensor] = {}  # within one forward: attn/routed/shared norms
@@ -172,10 +216,10 @@ class Recorder:
             self.put("delta_frac", l, first_minus_rest(frac_in_dims(h, self.frac_dims[l].to(h.device)), self.tokens))
             self.put("delta_kl", l, first_minus_rest(kl_to_scale(h, self.ffn_w[l].to(h.device)), self.tokens))
         count, scale = sink_hits(residual, self.tokens.rest)
-        self.stats.sink_count[l] += count.double().cpu()
-        self.stats.sink_scale[l] += scale.double().cpu()
+        self.sums.sink_count[l] += count.double().cpu()
+        self.sums.sink_scale[l] += scale.double().cpu()
         if l == 0:
-            self.stats.other_tokens += int(self.tokens.rest.sum())
+            self.sums.other_tokens += int(self.tokens.rest.sum())
 
     def on_projection(self, l: int, role: str, out: torch.Tensor) -> None:
         """ΔC of an up/down projection's output, of act(gate) for role 'gate', or of the up half of a fused gate_up."""
@@ -225,7 +269,7 @@ class Recorder:
         self.put("max_token", l, token)
         self.put("max_dim", l, dim)
         unit = first_value(h, self.tokens)
-        self.stats.unit_sum[l] += (unit / unit.norm(dim=-1, keepdim=True)).sum(0).double().cpu()
+        self.sums.unit_sum[l] += (unit / unit.norm(dim=-1, keepdim=True)).sum(0).double().cpu()
 
 
 def ffn_activation(ffn: nn.Module) -> nn.Module | None:
@@ -271,37 +315,50 @@ def collect_stats(
     pad_id: int = 0,
     padding_side: str = "right",
     progress: Callable[[int], None] | None = None,
+    shares: Shares | None = None,
 ) -> PromptStats:
-    """Stream the prompts (lists of token ids, each non-empty) through the decoder; return their statistics."""
+    """Stream the prompts (lists of token ids, each non-empty) through the decoder; return their statistics (with
+    `shares`: this worker's batches, joined with the others' into those of all the prompts)."""
     parts = resolve_layers(model)
     stats = PromptStats.empty(len(token_ids), len(parts), hidden_size(parts))
     stats.lengths = torch.tensor([len(ids) for ids in token_ids])
     stats.degenerate = torch.tensor([is_degenerate(ids) for ids in token_ids], dtype=torch.bool)
+    stats.per_batch = None if shares is None else {}
     recorder = Recorder(parts, stats)
 
-    def start(rows: list[int], mask: torch.Tensor) -> None:
+    def start(k: int, rows: list[int], mask: torch.Tensor) -> None:
         recorder.rows, recorder.tokens = torch.tensor(rows), Tokens.from_mask(mask)
+        if shares is not None:
+            recorder.sums = stats.per_batch[k] = BatchSums.empty(rows, len(parts), hidden_size(parts))
         recorder.normed.clear()
         recorder.branch.clear()
         recorder.branches.clear()
 
     with recorder.installed():
-        run_batches(model, token_ids, start, batch_size=batch_size, pad_id=pad_id, padding_side=padding_side,
-                    progress=progress)
-    return stats
+        ran = run_batches(model, token_ids, start, batch_size=batch_size, pad_id=pad_id, padding_side=padding_side,
+                          progress=progress, runs=shares and shares.runs)
+    return stats if shares is None else shares.join(stats, progress, len(token_ids) - ran)
 
 
-def run_batches(model: nn.Module, token_ids: Sequence[Sequence[int]], start: Callable[[list[int], torch.Tensor], None],
-                *, batch_size: int, pad_id: int, padding_side: str, progress: Callable[[int], None] | None) -> None:
-    """The prompts through the decoder in padded batches with eager attention; `start(rows, mask)` before each forward
-    (the prompts' indices, the batch's attention mask), `progress(k)` after it."""
+def run_batches(model: nn.Module, token_ids: Sequence[Sequence[int]],
+                start: Callable[[int, list[int], torch.Tensor], None], *, batch_size: int, pad_id: int,
+                padding_side: str, progress: Callable[[int], None] | None,
+                runs: Callable[[int], bool] | None = None) -> int:
+    """The prompts through the decoder in padded batches with eager attention; `start(k, rows, mask)` before each
+    forward (the batch's number, its prompts' indices, its attention mask), `progress(n)` after it. `runs(k)`: whether
+    batch k runs here (every batch without it). Returns how many prompts ran."""
     decoder = base_model(model).get_decoder()
     device = next(model.parameters()).device
+    ran = 0
     with eager_attention(model):
-        for rows in batches(token_ids, batch_size):
+        for k, rows in enumerate(batches(token_ids, batch_size)):
+            if runs is not None and not runs(k):
+                continue
             ids, mask = pad([token_ids[i] for i in rows], pad_id, padding_side)
             ids, mask = ids.to(device), mask.to(device)
-            start(rows, mask)
+            start(k, rows, mask)
             decoder(input_ids=ids, attention_mask=mask, position_ids=positions_of(mask), use_cache=False)
+            ran += len(rows)
             if progress is not None:
                 progress(len(rows))
+    return ran

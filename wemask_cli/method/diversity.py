@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -26,6 +26,7 @@ from torch import nn
 from wemask_cli.method.arch import LayerParts, resolve_layers
 from wemask_cli.method.collect import run_batches
 from wemask_cli.method.metrics import Tokens, sink_mass
+from wemask_cli.method.shares import Shares
 
 MEASURES = ("cosine", "effective_rank", "participation_ratio", "attention_entropy")
 NAMES = (*(name + suffix for name in MEASURES for suffix in ("", "_rest")), "sink_mass")
@@ -78,13 +79,25 @@ def hidden_measures(h: torch.Tensor) -> dict[str, float]:
 
 @dataclass
 class DiversityStats:
-    """name (NAMES) -> (prompts, layers) float64 values."""
+    """name (NAMES) -> (prompts, layers) float64 values; `rows`: the prompts measured."""
 
     values: dict[str, torch.Tensor]
+    rows: list[int] = field(default_factory=list)
 
     @classmethod
     def empty(cls, prompts: int, layers: int) -> DiversityStats:
         return cls({name: torch.full((prompts, layers), math.nan, dtype=torch.float64) for name in NAMES})
+
+    @classmethod
+    def merge(cls, parts: list[DiversityStats]) -> DiversityStats:
+        """All the prompts' values from parts that measured some of them each (every prompt from its own part)."""
+        merged = cls.empty(*parts[0].values[NAMES[0]].shape)
+        for part in parts:
+            rows = torch.tensor(part.rows, dtype=torch.long)
+            for name, values in part.values.items():
+                merged.values[name][rows] = values[rows]
+            merged.rows += part.rows
+        return merged
 
 
 class DiversityRecorder:
@@ -129,26 +142,30 @@ class DiversityRecorder:
 
 @torch.no_grad()
 def collect_diversity(model: nn.Module, token_ids: Sequence[Sequence[int]], *, batch_size: int = 8, pad_id: int = 0,
-                      padding_side: str = "right", progress: Callable[[int], None] | None = None) -> DiversityStats:
+                      padding_side: str = "right", progress: Callable[[int], None] | None = None,
+                      shares: Shares | None = None) -> DiversityStats:
     """Stream the prompts (lists of token ids, each non-empty) through the decoder, with whatever hooks the model
-    carries (a WeMask mask included); return every measure per prompt and layer."""
+    carries (a WeMask mask included); return every measure per prompt and layer (with `shares`: this worker's
+    batches, joined with the others')."""
     parts = resolve_layers(model)
     stats = DiversityStats.empty(len(token_ids), len(parts))
     recorder = DiversityRecorder(parts, stats)
 
-    def start(rows: list[int], mask: torch.Tensor) -> None:
+    def start(_k: int, rows: list[int], mask: torch.Tensor) -> None:
         recorder.rows, recorder.tokens = list(rows), Tokens.from_mask(mask)
+        stats.rows += rows
 
     with recorder.installed():
-        run_batches(model, token_ids, start, batch_size=batch_size, pad_id=pad_id, padding_side=padding_side,
-                    progress=progress)
-    return stats
+        ran = run_batches(model, token_ids, start, batch_size=batch_size, pad_id=pad_id, padding_side=padding_side,
+                          progress=progress, runs=shares and shares.runs)
+    return stats if shares is None else shares.join(stats, progress, len(token_ids) - ran)
 
 
-def diversity_layers(model: nn.Module, token_ids: Sequence[Sequence[int]], batch_size: int, pad_id: int) -> list[dict]:
+def diversity_layers(model: nn.Module, token_ids: Sequence[Sequence[int]], batch_size: int, pad_id: int,
+                     shares: Shares | None = None) -> list[dict]:
     """Per layer, each measure (NAMES) averaged over the prompts where it is defined (None where none is)."""
     from wemask_cli.method.locate import plain
 
-    values = collect_diversity(model, token_ids, batch_size=batch_size, pad_id=pad_id).values
+    values = collect_diversity(model, token_ids, batch_size=batch_size, pad_id=pad_id, shares=shares).values
     layers = next(iter(values.values())).shape[1]
     return [{"layer": l, **{name: plain(values[name][:, l].nanmean()) for name in NAMES}} for l in range(layers)]

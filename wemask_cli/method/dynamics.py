@@ -45,7 +45,7 @@ def probe_dynamics(model: nn.Module, token_ids: Sequence[Sequence[int]], me_laye
     recorder = DiversityRecorder([parts[l] for l in after], stats)
     norms = torch.full((len(token_ids),), math.nan, dtype=torch.float64)
 
-    def start(rows: list[int], mask: torch.Tensor) -> None:
+    def start(_k: int, rows: list[int], mask: torch.Tensor) -> None:
         recorder.rows, recorder.tokens = list(rows), Tokens.from_mask(mask)
 
     def on_me_layer(_module, _inputs, out) -> None:

@@ -28,7 +28,7 @@ def masked_run(model: nn.Module, token_ids: Sequence[Sequence[int]], me_layer: i
     their means after it beside those of `base` (the unmasked layer records); `collect` goes to collect_stats."""
     with apply_wemask(model, WeMaskConfig(mask_rate=rate, me_layer=me_layer)):
         stats = collect_stats(model, token_ids, **collect)
-        diversity = diversity_layers(model, token_ids, collect["batch_size"], collect["pad_id"])
+        diversity = diversity_layers(model, token_ids, collect["batch_size"], collect["pad_id"], collect.get("shares"))
     records = layer_records(stats, resolve_layers(model))
     return {
         "mask_rate": rate,

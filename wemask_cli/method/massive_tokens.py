@@ -11,7 +11,7 @@ masks the first token; the report lists it when it is massive against the median
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -21,16 +21,29 @@ from wemask_cli.method.tokens import MASSIVE_RATIO
 
 
 class NormRecorder:
-    """Per prompt, a (layers, tokens) tensor of input norms, filled while the decoder runs."""
+    """Per prompt, a (layers, tokens) tensor of input norms, filled while the decoder runs (a prompt repeated: by its
+    last batch). `runs(k)`: whether batch k runs through this decoder (some batches only: collect's `shares`)."""
 
-    def __init__(self, token_ids: list[list[int]], num_layers: int):
+    def __init__(self, token_ids: list[list[int]], num_layers: int, runs: Callable[[int], bool] | None = None):
         self.rows = {}
         for index, ids in enumerate(token_ids):
             self.rows.setdefault(tuple(ids), []).append(index)
         self.norms: list[torch.Tensor | None] = [None] * len(token_ids)
+        self.written = [-1] * len(token_ids)  # the batch that wrote each prompt's norms
         self.num_layers = num_layers
+        self.runs, self.k = runs, -1  # the batches that run here, the current one
         self.batch: list[tuple[list[int], int]] = []  # (prompt indices, row in the batch) of the current batch
         self.mask: torch.Tensor | None = None
+
+    @classmethod
+    def merge(cls, parts: list[NormRecorder]) -> NormRecorder:
+        """The norms of parts that ran some batches each: each prompt's from the part whose batch wrote it last."""
+        merged = parts[0]
+        for part in parts[1:]:
+            for index, batch in enumerate(part.written):
+                if batch > merged.written[index]:
+                    merged.norms[index], merged.written[index] = part.norms[index], batch
+        return merged
 
     def start_batch(self, module, args, kwargs) -> None:
         """Decoder pre-hook: which prompts this batch holds (matched by their token ids)."""
@@ -40,6 +53,9 @@ class NormRecorder:
             return
         mask = torch.ones_like(ids) if mask is None else mask
         self.mask, self.batch = mask.bool(), []
+        self.k += 1
+        while self.runs is not None and not self.runs(self.k):
+            self.k += 1
         for row in range(ids.shape[0]):
             key = tuple(ids[row][self.mask[row]].tolist())
             if key in self.rows:
@@ -57,15 +73,17 @@ class NormRecorder:
                     if self.norms[prompt] is None:
                         self.norms[prompt] = torch.zeros(self.num_layers, values.numel())
                     self.norms[prompt][index] = values
+                    self.written[prompt] = self.k
 
         return record
 
 
 @contextmanager
-def recording(model, token_ids: list[list[int]]) -> Iterator[NormRecorder]:
-    """Record the decoder layers' input norms of these prompts while the block runs; hooks removed after."""
+def recording(model, token_ids: list[list[int]], runs: Callable[[int], bool] | None = None) -> Iterator[NormRecorder]:
+    """Record the decoder layers' input norms of these prompts while the block runs (`runs`: NormRecorder's);
+    hooks removed after."""
     layers = decoder_layers(model)
-    recorder = NormRecorder(token_ids, len(layers))
+    recorder = NormRecorder(token_ids, len(layers), runs)
     handles = [base_model(model).get_decoder().register_forward_pre_hook(recorder.start_batch, with_kwargs=True)]
     handles += [layer.register_forward_pre_hook(recorder.layer_hook(i), with_kwargs=True) for i, layer in enumerate(layers)]
     try:

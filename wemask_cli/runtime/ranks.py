@@ -108,21 +108,26 @@ def gather(value) -> list:
     return values
 
 
+def runs_batch(k: int) -> bool:
+    """Whether batch k of a data-parallel run is this process's: batch k runs on rank k % world_size (every batch
+    without a process group)."""
+    return not group_ready() or k % world_size() == rank()
+
+
 def map_batches(count: int, batch_size: int, run: Callable[[int, int, int], list],
                 advance: Callable[[int], None] | None = None) -> list:
     """`run(k, start, end)` (the results of items start..end-1) for every batch k of `count` items in batches of
     `batch_size`, the results in item order. In a process group, batch k runs on rank k % world_size and every
     process gets every result: each batch holds the items a single process would put in it, so what depends on a
     batch's composition (padding, a batch's seed) is the same."""
-    ranks, me = (world_size(), rank()) if group_ready() else (1, 0)
     done = {}
     for k, start in enumerate(range(0, count, batch_size)):
-        if k % ranks == me:
+        if runs_batch(k):
             end = min(start + batch_size, count)
             done[k] = run(k, start, end)
             if advance:
                 advance(end - start)
-    if ranks == 1:
+    if not group_ready():
         return [item for k in sorted(done) for item in done[k]]
     merged = {}
     for part in gather(done):
