@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import run_main
-from vllm_support import ME_LAYER, free_port, require_vllm, stop_server, wait_healthy
+from vllm_support import ME_LAYER, free_port, require_vllm, start_server, stop_server
 
 from wemask_cli.method.config import WeMaskConfig
 
@@ -25,23 +25,6 @@ ROOT = Path(__file__).resolve().parents[1]
 MATH = str(ROOT / "data" / "math_problems.jsonl")
 PROMPTS = ["What is 12 plus 30?", "The capital of France is", "Natalia sold 48 clips in April. In May she sold"]
 NEW_TOKENS = 10
-
-
-def start_server(model: str, log: Path, *flags: str):
-    """`wemask vllm-serve` from the CLI in its own process group, at 127.0.0.1 on a free port: (process, url)."""
-    port = free_port()
-    command = [sys.executable, "-m", "wemask_cli", "vllm-serve", "--model", model, "--host", "127.0.0.1", "--port", str(port),
-               "--max-model-len", "384", "--vllm-memory", "1", *flags]  # fmt: skip
-    with log.open("w") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
-                                   env={**os.environ, "OMP_NUM_THREADS": "1"})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(process, url, log, "wemask vllm-serve")
-    except BaseException:
-        stop_server(process)
-        raise
-    return process, url
 
 
 def hooked_greedy(embedded, config: WeMaskConfig | None) -> list[list[int]]:

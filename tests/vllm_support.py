@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -64,6 +65,23 @@ def wait_healthy(process: subprocess.Popen, url: str, log: Path, name: str) -> N
             pass
         time.sleep(1)
     pytest.fail(f"{name} was not healthy after {STARTUP_LIMIT_S} s:\n{log.read_text()[-3000:]}", pytrace=False)
+
+
+def start_server(model: str, log: Path, *flags: str):
+    """`wemask vllm-serve` from the CLI in its own process group, at 127.0.0.1 on a free port: (process, url)."""
+    port = free_port()
+    command = [sys.executable, "-m", "wemask_cli", "vllm-serve", "--model", model, "--host", "127.0.0.1", "--port", str(port),
+               "--max-model-len", "384", "--vllm-memory", "1", *flags]  # fmt: skip
+    with log.open("w") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+                                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(process, url, log, "wemask vllm-serve")
+    except BaseException:
+        stop_server(process)
+        raise
+    return process, url
 
 
 def stop_server(process: subprocess.Popen) -> None:

