@@ -9,12 +9,19 @@ batch_size=)` and `simple_evaluate(...)` with the parameters below, and reads it
 keys with "metric_stderr,filter"), `samples` (doc_id, arguments, target, filtered_resps, metrics), `n-samples` and
 `configs`: `check()` checks the calls, `check_output()` the output (at run time too, so a release that reshaped it
 is one line, not a KeyError).
+
+An HFLM built around a model instance is one process to lm-eval (rank 0 of 1: every process of a launched run builds
+every request), and `simple_evaluate` returns its output only where that rank and LOCAL_RANK are 0 (None elsewhere).
+The evaluator scores each request type with `getattr(lm, TYPE)(requests)`, TYPE one of REQUEST_TYPES; HFLM's take
+`(requests, disable_tqdm=)` and answer in the requests' order.
 """
 
 from __future__ import annotations
 
 import contextlib
 import subprocess
+from collections.abc import Callable
+from functools import partial
 
 from wemask_cli.compat import require
 
@@ -23,6 +30,8 @@ SIMPLE_EVALUATE = ("model", "tasks", "task_manager", "limit", "num_fewshot", "ap
                    "log_samples", "fewshot_random_seed", "bootstrap_iters")
 HFLM_PARAMS = ("pretrained", "tokenizer", "batch_size")
 TASK_MANAGER = ("include_path", "include_defaults")
+REQUEST_TYPES = ("loglikelihood", "loglikelihood_rolling", "generate_until")  # an LM's request methods
+REQUEST_PARAMS = ("requests", "disable_tqdm")
 OUTPUT_KEYS = ("results", "samples", "n-samples", "configs")
 SAMPLE_KEYS = ("doc_id", "arguments", "target", "filtered_resps", "metrics")
 VERIFIED = {LIBRARY: ("0.4", "0.4")}  # the release series this module was verified on
@@ -49,6 +58,13 @@ def quiet_git_hash():
         evaluator.get_git_commit_hash = original
 
 
+def route_requests(lm, through: Callable) -> None:
+    """Each of `lm`'s request methods (REQUEST_TYPES) called as `through(method, requests, disable_tqdm=)` from then on."""
+    for name in REQUEST_TYPES:
+        method = require(LIBRARY, lm, name, params=REQUEST_PARAMS, verified=VERIFIED)
+        setattr(lm, name, partial(through, method))
+
+
 def check() -> None:
     """The calls eval/tasks/lm_eval.py makes take the parameters it passes (the canary in tests/test_compat.py)."""
     import lm_eval
@@ -59,6 +75,8 @@ def check() -> None:
     require(LIBRARY, evaluator, "get_git_commit_hash", verified=VERIFIED)
     require(LIBRARY, lm_eval, "simple_evaluate", params=SIMPLE_EVALUATE, verified=VERIFIED)
     require(LIBRARY, HFLM, "__init__", params=HFLM_PARAMS, verified=VERIFIED)
+    for name in REQUEST_TYPES:
+        require(LIBRARY, HFLM, name, params=REQUEST_PARAMS, verified=VERIFIED)
     require(LIBRARY, TaskManager, "__init__", params=TASK_MANAGER, verified=VERIFIED)
     require(LIBRARY, TaskManager, "all_tasks", verified=VERIFIED)
 

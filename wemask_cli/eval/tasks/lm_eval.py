@@ -5,6 +5,10 @@ loads, so an unknown task is refused on one line first), one HFLM around the loa
 `lm_eval.simple_evaluate` with the chat template, few-shot count and per-sample logging passed through. Metrics are
 `<task>/<metric>`; the primary metric is the first task's own first metric (acc, exact_match, word_perplexity...),
 n is the task's effective sample count, and per-sample values give the paired change against r = 0.
+
+Under a launcher every process builds every request (so each document gets the few-shot context one process
+samples), scores one contiguous share of each request type's requests (ranks.map_batches) and gets every answer;
+what the main process's lm-eval scored is every process's.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from wemask_cli.eval.settings import DEFAULT_WINDOW, EvalSettings
 from wemask_cli.eval.stats import Metric, mean_se
 from wemask_cli.eval.tasks.base import Prepared, Scored, Task, TaskFlag
 from wemask_cli.eval.tasks.registry import register
+from wemask_cli.runtime import ranks
 from wemask_cli.runtime.errors import WeMaskError, first_line
 
 NOT_UNDER_LM_EVAL = {  # EvalSettings field -> flag: these configure native tasks only
@@ -155,13 +160,12 @@ class LmEvalTask(Task):
 
     def evaluate(self, model, tokenizer, prepared, seed, batch_size, advance) -> Scored:
         import lm_eval
-        from lm_eval.models.huggingface import HFLM
 
         from wemask_cli.compat.lm_eval import check_output, quiet_git_hash
 
         s = self.settings
         if self.lm is None:
-            self.lm = HFLM(pretrained=model.module, tokenizer=tokenizer, batch_size=s.batch_size)
+            self.lm = harness_lm(model.module, tokenizer, s.batch_size)
         chat = bool(s.chat_template)
         with quiet_git_hash():
             out = lm_eval.simple_evaluate(
@@ -170,7 +174,30 @@ class LmEvalTask(Task):
                 bootstrap_iters=1000,
             )
         advance(len(self.names))
-        return scored_from(check_output(out, self.names), self)
+        # lm-eval returns its output on the main process only: what it scored goes from there to every process
+        scored, self.primary = ranks.from_main(lambda: (scored_from(check_output(out, self.names), self), self.primary))
+        return scored
+
+
+def harness_lm(module, tokenizer, batch_size):
+    """lm-eval's HFLM around the loaded (hooked) model. lm-eval runs an HFLM built around a model as one process;
+    under a launcher its request methods deal the requests out (`share`), so each process scores its share."""
+    from lm_eval.models.huggingface import HFLM
+
+    from wemask_cli.compat.lm_eval import route_requests
+
+    lm = HFLM(pretrained=module, tokenizer=tokenizer, batch_size=batch_size)
+    if ranks.group_ready():
+        route_requests(lm, share)
+    return lm
+
+
+def share(score, requests: list, disable_tqdm: bool = False) -> list:
+    """`score(requests)` (one of an LM's request methods) with each process scoring one contiguous share of the
+    requests (its own batches, its own progress bar on the main process only); every answer on every process, in order."""
+    size = max(1, -(-len(requests) // ranks.world_size()))
+    quiet = disable_tqdm or not ranks.is_main_process()
+    return ranks.map_batches(len(requests), size, lambda k, start, end: score(requests[start:end], disable_tqdm=quiet))
 
 
 def task_primary(config: dict, metrics: dict) -> str | None:
