@@ -76,11 +76,15 @@ FAST := -m "not embedded and not vllm and not docs" $(foreach t,$(SLOW_TESTS),--
 	$(foreach t,$(SLOW_CASES),--deselect tests/$(t))
 JOBS ?= 2  # pytest-xdist processes for the "current" environment's tests, each test file on one of them
 XDIST := -n $(JOBS) --dist loadfile
+# The files whose tests launch several processes (torchrun, accelerate, DeepSpeed) run one at a time, after the rest.
+LAUNCHING := $(foreach t,test_deepspeed test_fsdp test_ddp_train_loss test_multinode test_launch test_launch_flags test_data_parallel \
+	test_ddp_diagnostics,tests/$(t).py)
 ONCE := --deselect tests/test_bench_smoke.py::test_bench_smoke  # the benchmarks without vLLM: smoke-run in "current" only
 
 test: install
 	$(LINT)
-	$(call timed,current,$(BIN)/python -m pytest -q $(XDIST) -m "not vllm")  # everything but the vLLM tests
+	$(call timed,current,$(BIN)/python -m pytest -q $(XDIST) -m "not vllm" $(addprefix --ignore ,$(LAUNCHING)) \
+		&& $(BIN)/python -m pytest -q -m "not vllm" $(LAUNCHING))  # everything but the vLLM tests
 	$(call timed,vllm,$(VLLM_BIN)/python -m pytest -q -m "vllm or (embedded and not docs)" $(ONCE))  # the vLLM and embedded-model tests
 
 test-fast: $(STAMP)

@@ -33,8 +33,13 @@ def launch(config: str, probe: Path, commands: list[list[str]]) -> str:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": ""}
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(RECIPES / config), "--num_processes", "2",
            "--main_process_port", str(free_port()), str(ROOT / "tests" / "distributed_probe.py"), str(probe), json.dumps(commands)]
-    done = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
-    return done.stdout + done.stderr
+    log = probe.parent / f"{probe.name}.log"  # a file, so that a launch that hangs still shows what each rank printed
+    with log.open("w") as out:
+        try:
+            subprocess.run(cmd, check=False, stdout=out, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT, timeout=900)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the launch did not end in 900 s; it printed:\n{log.read_text()[-6000:]}")
+    return log.read_text()
 
 
 def sft(model: str, out: Path, *extra: str) -> list[str]:

@@ -146,3 +146,18 @@ def test_heads_that_do_not_split_are_one_line(monkeypatch, capsys, embedded_dir,
     code, _, err = run_main(monkeypatch, capsys, *command, "--model", embedded_dir, "--tensor-parallel-size", "2")
     assert code == 2 and "Traceback" not in err and err.count("\n") == 1, err
     assert "--tensor-parallel-size 2: this model's 9 attention heads do not split evenly across 2 workers" in err
+
+
+def test_a_perplexity_window_as_long_as_the_context_is_one_line(monkeypatch, capsys, tmp_path, tp_model):
+    """vLLM scores a window's tokens as one prompt, the last one included: a window of the whole context is one more
+    token than fits, refused in one line that names the window that fits, with no folder left."""
+    require_vllm()
+    context, out = tp_model[1].config.max_position_embeddings, tmp_path / "ppl"
+    code, _, err = run_main(monkeypatch, capsys, "eval", "--engine", "vllm", "--model", tp_model[0], "--task", "perplexity",
+                            "--window", str(context), "--limit", "1", "-r", "0", "--dtype", "float32", "-o", str(out))  # fmt: skip
+    assert code == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        f"wemask: error: --engine vllm scores a sequence of {context + 1} tokens whole (its last token included) and the "
+        f"model's context is {context} positions: at most {context - 1} tokens fit (for perplexity, --window {context - 1}), "
+        "or use --engine transformers")
+    assert not out.exists()

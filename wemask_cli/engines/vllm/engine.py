@@ -20,6 +20,7 @@ from wemask_cli.engines.vllm.install import check_vllm_installed
 from wemask_cli.engines.vllm.memory import DEFAULT_SEQUENCES, VllmJob
 from wemask_cli.engines.vllm.plugin import ARM_VARIABLE, activate
 from wemask_cli.method.config import WeMaskConfig
+from wemask_cli.runtime.errors import WeMaskError
 
 
 @ENGINES.register
@@ -120,6 +121,11 @@ class VllmEngine(Engine):
 
         from wemask_cli.engines.vllm.support import cpu_kernel_errors
 
+        longest = max((len(s) for s in sequences), default=0)
+        if self.max_model_len and longest > self.max_model_len:  # vLLM takes the last token in too, to score it
+            raise WeMaskError(f"--engine vllm scores a sequence of {longest} tokens whole (its last token included) and the "
+                              f"model's context is {self.max_model_len} positions: at most {self.max_model_len - 1} "
+                              f"tokens fit (for perplexity, --window {self.max_model_len - 1}), or use --engine transformers")
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
         with cpu_kernel_errors(self.source):
             outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(s)) for s in sequences], params, use_tqdm=False)
