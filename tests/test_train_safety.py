@@ -48,6 +48,20 @@ def test_overwrite_into_a_folder_of_user_files_deletes_nothing(monkeypatch, caps
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-500", "important.txt", "metrics.json"]
 
 
+def test_another_rank_does_not_take_its_own_runs_lock_for_another_run(monkeypatch, tmp_path):
+    """Under a launcher rank 0 claims the folder as soon as its checks pass; a slower rank's early check then finds
+    that lock (its own run's): only the main process refuses a folder in use (rank 1 refused its run's, and the
+    launch hung)."""
+    from wemask_cli.train.preflight import check_output_folder
+
+    with claim_output_dir(tmp_path / "run", overwrite=False, kind="sft"):  # held by a live process, as rank 0 holds it
+        with pytest.raises(WeMaskError, match="is in use by"):
+            check_output_folder(tmp_path / "run")
+        for name, value in (("RANK", "1"), ("LOCAL_RANK", "1"), ("WORLD_SIZE", "2")):  # what torchrun gives rank 1
+            monkeypatch.setenv(name, value)
+        check_output_folder(tmp_path / "run")
+
+
 def test_output_problems_are_found_before_the_data(monkeypatch, capsys, tmp_path, tiny_model_dir):
     (tmp_path / "file").write_text("x")
     missing = str(tmp_path / "no-such-data.jsonl")  # the data would fail, but the output is checked first

@@ -13,6 +13,7 @@ from wemask_cli.mask_request.flags import parse_me_layer
 from wemask_cli.models.preflight import check_model
 from wemask_cli.outputs import check_writable, running_command
 from wemask_cli.runtime.errors import WeMaskError
+from wemask_cli.runtime.ranks import is_main_process
 from wemask_cli.train.options import DEFAULTS, TrainOptions, given_options
 from wemask_cli.train.recipe import Recipe, read_recipe, recipe_path
 from wemask_cli.train.trl_flags import given_bool
@@ -30,9 +31,11 @@ def early_options(options: TrainOptions, recipe: Recipe) -> dict:
 
 
 def check_output_folder(folder: Path) -> None:
-    """The output folder cannot be created, or another live command holds it: the run's own refusal, at once."""
+    """The output folder cannot be created, or another live command holds it: the run's own refusal, at once.
+    Under a launcher only the main process asks: the lock another rank would find may be its own run's (rank 0
+    claims the folder as soon as its checks pass)."""
     check_writable(folder, is_dir=True, flag="--output-dir")  # a file in its way, a read-only parent
-    running = running_command(folder)
+    running = running_command(folder) if is_main_process() else None
     if running is not None:
         raise WeMaskError(f"{folder} is in use by {running}: wait for it to finish or choose another folder")
 
