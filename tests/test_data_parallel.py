@@ -80,6 +80,18 @@ def test_choice_with_quantize_in_two_processes(tmp_path, tiny_model_dir):
     assert len(document["results"]) >= 4 and document["n_examples"] == 7
 
 
+def test_diversity_in_two_processes(tmp_path, tiny_model_dir):
+    """The diversity measures per prompt and layer, and the ME layer the task locates itself (no --me-layer at r=0),
+    from each process's batches: one process's every digit, --per-layer included."""
+    document = same_eval(tmp_path, "--model", tiny_model_dir, "--task", "diversity", "--limit", "5", "--batch-size", "2",
+                         "--mask-rates", "0,0.5", "--me-layer", "1", "--per-layer")  # fmt: skip
+    assert document["diversity"]["from_layer_source"] == "the ME layer of the mask"
+    (tmp_path / "located").mkdir()
+    located = same_eval(tmp_path / "located", "--model", tiny_model_dir, "--task", "diversity", "--limit", "3",
+                        "--batch-size", "1", "--mask-rates", "0")  # fmt: skip
+    assert located["diversity"]["from_layer_source"] in ("the ME layer located on these prompts", "no ME layer found")
+
+
 def test_math_generation_in_two_processes(tmp_path, tiny_model_dir):
     """Greedy generation, batch by batch: the same completions."""
     document = same_eval(tmp_path, "--model", tiny_model_dir, "--task", "math", "--limit", "5", "--batch-size", "2",

@@ -27,7 +27,6 @@ from wemask_cli.method import massive_tokens as massive
 from wemask_cli.method.arch import model_type, resolve_layers
 from wemask_cli.method.diversity import diversity_layers
 from wemask_cli.method.masked import masked_run
-from wemask_cli.method.shares import Shares
 from wemask_cli.models.bos import starts_with_bos
 from wemask_cli.models.loading import LoadedModel
 from wemask_cli.prompts.rendering import encode
@@ -38,11 +37,6 @@ PEAKS = {  # metric -> (its ME-layer signature is a maximum, not a minimum; name
     "delta_frac": (True, "ΔFrac"), "delta_kl": (False, "ΔKL (minimum)"), "delta_c_up": (True, "ΔC up"),
     "delta_c_gate": (True, "ΔC gate"), "delta_c_down": (True, "ΔC down"), "ffn_magnification": (True, "FFN magnification"),
 }  # fmt: skip
-
-
-def shares() -> Shares | None:
-    """Under a launcher, this process's batches and the gather that joins them with the others'; None alone."""
-    return Shares(ranks.runs_batch, ranks.gather) if ranks.group_ready() else None
 
 
 def preview(prompt: str | list[dict], width: int = 60) -> str:
@@ -107,7 +101,7 @@ def run_locate(
     are the command's to check (commands/locate.py), before the model loads."""
     parts = resolve_layers(loaded.model)
     ids = encode(loaded.tokenizer, prompts, max_length)
-    split = shares()
+    split = ranks.batch_shares()
     collect = dict(batch_size=batch_size, pad_id=loaded.tokenizer.pad_token_id or 0, progress=progress, shares=split)
     with massive.recording(loaded.model, ids, split and split.runs) as norms:
         result = method.locate(loaded.model, ids, **collect)

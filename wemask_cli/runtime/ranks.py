@@ -137,6 +137,16 @@ def map_batches(count: int, batch_size: int, run: Callable[[int, int, int], list
     return [item for k in sorted(merged) for item in merged[k]]
 
 
+def batch_shares():
+    """Under a launcher, this process's batches (`runs_batch`) and the gather that joins them with the other
+    processes' (a method.shares.Shares, for locate's and the diversity task's statistics); None in one process."""
+    if not group_ready():
+        return None
+    from wemask_cli.method.shares import Shares
+
+    return Shares(runs_batch, gather)
+
+
 def _store(timeout_s: float):
     """A client of the launcher's key-value store (torchrun's agent store), or None when there is none."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true" or "MASTER_PORT" not in os.environ:

@@ -87,11 +87,13 @@ class DiversityTask(Task):
         from wemask_cli.method.batch import pad_id_of
         from wemask_cli.method.diversity import NAMES, collect_diversity
         from wemask_cli.method.locate import plain
+        from wemask_cli.runtime.ranks import batch_shares
 
         rows, ids = prepared.payload
-        layers = len(resolve_layers(model.module))
-        start = self.first_layer(model.module, ids, batch_size, pad_id_of(tokenizer), layers)
-        stats = collect_diversity(model.module, ids, batch_size=batch_size, pad_id=pad_id_of(tokenizer), progress=advance)
+        layers, split = len(resolve_layers(model.module)), batch_shares()
+        start = self.first_layer(model.module, ids, batch_size, pad_id_of(tokenizer), layers, split)
+        stats = collect_diversity(model.module, ids, batch_size=batch_size, pad_id=pad_id_of(tokenizer), progress=advance,
+                                  shares=split)
         metrics, n = {}, {}
         for name in NAMES:
             values = stats.values[name]
@@ -110,7 +112,7 @@ class DiversityTask(Task):
         if layers and self.settings.option("from_layer") is None:
             self.start = (layers[0], "the ME layer of the mask")
 
-    def first_layer(self, module, ids, batch_size: int, pad_id: int, layers: int) -> int:
+    def first_layer(self, module, ids, batch_size: int, pad_id: int, layers: int, split=None) -> int:
         """The first layer the metrics average over, chosen once so every variant uses it: --from-layer, the mask's
         ME layer, else the one located on these prompts (the first variant's model), else 0."""
         given = self.settings.option("from_layer")
@@ -121,7 +123,7 @@ class DiversityTask(Task):
         elif self.start is None:
             from wemask_cli.method.locate import locate
 
-            me = locate(module, ids, batch_size=batch_size, pad_id=pad_id).detection.me_layer
+            me = locate(module, ids, batch_size=batch_size, pad_id=pad_id, shares=split).detection.me_layer
             self.start = (me, "the ME layer located on these prompts") if me is not None else (0, "no ME layer found")
         return self.start[0]
 
