@@ -68,10 +68,18 @@ endef
 LINT := $(BIN)/ruff check wemask_cli tests bench data  # pyflakes, import order, line length (pyproject's [tool.ruff])
 # The edit-test loop's tests: no embedded-model, vLLM or documentation test, nor the ones that start processes
 # for minutes (a wheel built and installed, a DeepSpeed/FSDP/multi-process launch: these files, and SLOW_CASES
-# in other files); `make test` runs them all.
+# in other files, with the cases of over 15 s: several commands in processes of their own); `make test` runs them all.
 SLOW_TESTS := test_wheel test_deepspeed test_fsdp test_ddp_train_loss test_multinode test_launch test_data_parallel test_ddp_diagnostics
 SLOW_CASES := test_launch_flags.py::test_launch_flags_run_what_accelerate_launch_runs test_sft.py::test_two_processes_train_and_save_once \
-	test_quiet_logs.py::test_deepspeeds_start_up_line_only_with_verbose
+	test_quiet_logs.py::test_deepspeeds_start_up_line_only_with_verbose \
+	test_merge.py::test_a_file_size_limit_while_merging_is_one_line_and_keeps_the_previous_output \
+	test_train_safety.py::test_a_file_size_limit_at_the_final_save_is_one_line_and_leaves_nothing \
+	test_stage_plugin.py::test_plugin_stage_trains_writes_its_records_and_reports \
+	test_intervention_plugin.py::test_a_plugin_kind_shows_in_help_trains_saves_and_is_reapplied_by_infer \
+	test_hub_offline.py::test_an_lm_eval_task_whose_dataset_cannot_be_fetched \
+	test_stage_registry.py::test_a_plugin_layout_feeds_a_built_in_stage \
+	test_eval_task_plugin.py::test_the_plugin_task_runs_writes_its_outputs_and_reports \
+	test_remote_code.py::test_remote_code_runs_only_with_the_flag_whatever_stdin_says
 FAST := -m "not embedded and not vllm and not docs" $(foreach t,$(SLOW_TESTS),--ignore tests/$(t).py) \
 	$(foreach t,$(SLOW_CASES),--deselect tests/$(t))
 JOBS ?= 2  # pytest-xdist processes for the "current" environment's tests, each test file on one of them
