@@ -247,6 +247,13 @@ def cpu_attention_head_sizes() -> list[int]:
     return list(_need(_need(cpu_attn, "CPUAttentionBackend"), "get_supported_head_sizes")())
 
 
+def visible_numa_nodes() -> list[int]:
+    """The NUMA nodes vLLM-CPU's automatic thread binding shares out, one per worker (its own count of them)."""
+    from vllm.utils import cpu_resource_utils
+
+    return list(_need(cpu_resource_utils, "get_visible_memory_node")())
+
+
 def worker_model(worker):
     """The model a vLLM worker runs (its `get_model()`), as `apply_model` gives it."""
     return _need(worker, "get_model")()
@@ -278,6 +285,8 @@ def internals() -> list[str]:
     checked.append("vllm.compilation.decorators (compile attributes)")
     cpu_attention_head_sizes()
     checked.append("vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend.get_supported_head_sizes")
+    visible_numa_nodes()
+    checked.append("vllm.utils.cpu_resource_utils.get_visible_memory_node")
     try:
         from trl import GRPOConfig
         from trl.generation import vllm_generation
@@ -298,4 +307,4 @@ def internals() -> list[str]:
 __all__ = ["CompatError", "VERIFIED", "VLLM_CLASSES", "VllmLayout", "check_model", "colocated_llm", "compile_state",
            "cpu_attention_head_sizes", "cpu_linear_dispatch", "decoder_layers", "internals", "layer_modules",
            "restore_class", "silence_trl_version_warning", "swap_class", "trl_engine_defaults",
-           "trl_server_command", "worker_model", "wrap_model_loaders"]  # fmt: skip
+           "trl_server_command", "visible_numa_nodes", "worker_model", "wrap_model_loaders"]  # fmt: skip

@@ -26,10 +26,11 @@ def cpu_workers_bound(tensor: int, data: int, on_gpu: bool):
     (VLLM_CPU_OMP_THREADS_BIND, unless the user set it; given back afterwards) where vLLM's automatic binding would
     refuse: it gives each worker a NUMA node of its own and stops ("Not enough allowed NUMA nodes to bind threads of
     N local CPUWorkers") on a machine with fewer nodes."""
+    from wemask_cli.compat.vllm import visible_numa_nodes
     from wemask_cli.engines.vllm.colocate import restore_environment
 
     workers, saved = tensor * data, {BIND_VARIABLE: os.environ.get(BIND_VARIABLE)}
-    if not on_gpu and workers > 1 and os.environ.get(BIND_VARIABLE, "auto") == "auto" and len(numa_nodes()) < workers:
+    if not on_gpu and workers > 1 and os.environ.get(BIND_VARIABLE, "auto") == "auto" and len(visible_numa_nodes()) < workers:
         cores = cpu_ids()
         share = len(cores) // workers  # check_parallel: at least one each
         os.environ[BIND_VARIABLE] = "|".join(",".join(map(str, cores[rank * share:(rank + 1) * share])) for rank in range(workers))
@@ -37,12 +38,6 @@ def cpu_workers_bound(tensor: int, data: int, on_gpu: bool):
         yield
     finally:
         restore_environment(saved)
-
-
-def numa_nodes() -> list[int]:
-    from vllm.utils.cpu_resource_utils import get_visible_memory_node
-
-    return get_visible_memory_node()
 
 
 def check_heads(model: dict, tensor: int) -> None:
